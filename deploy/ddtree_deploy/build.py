@@ -1,0 +1,221 @@
+"""Apply the series to the pinned snapshot and write the patched files plus ``manifest.json``.
+
+This is the one place that turns (series, base tree, pin) into files on disk. ``check`` runs
+the same steps without writing (see :func:`check`).
+"""
+
+from __future__ import annotations
+
+import os
+import py_compile
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
+from .errors import CompileError, DDTreeDeployError, HashMismatchError, PinError
+from .hashing import sha256_bytes
+from .manifest import FileEntry, Manifest, PatchEntry
+from .paths import default_pin_path, default_series_dir
+from .pin import ABSENT, Pin, load_pin
+from .series import Series, load_series
+
+
+@dataclass
+class Inputs:
+    series: Series
+    base_dir: Path | None  # dir containing sglang/; None when the series only creates files
+    pin: Pin | None
+
+
+def resolve_inputs(series_dir: Path | None = None, base_dir: Path | None = None, pin: Pin | None | bool = True,
+                   *, fetch: bool = True) -> Inputs:
+    """Load the series and find the base tree. ``pin=True`` loads the repo's pin; ``False``: none."""
+    series = load_series(Path(series_dir) if series_dir else default_series_dir())
+    if pin is True:
+        pin = load_pin(default_pin_path())
+    elif pin is False:
+        pin = None
+    if base_dir is None and _needs_base(series):
+        from . import snapshot
+
+        base_dir = snapshot.ensure_snapshot(pin) if fetch else snapshot.find_snapshot(pin).root
+    return Inputs(series, Path(base_dir) if base_dir else None, pin)
+
+
+def _needs_base(series: Series) -> bool:
+    return any(f.action != "create" for p in series.patches for f in p.files)
+
+
+def _reader(base_dir: Path | None):
+    if base_dir is None:
+        return (lambda rel: None), (lambda rel: None)
+    return tree_reader(base_dir), tree_mode(base_dir)
+
+
+def check_pin_coverage(series: Series, pin: Pin) -> None:
+    missing = [p for p in series.touched_paths() if p not in pin.files]
+    if missing:
+        raise PinError(
+            f"the pin {pin.path} does not record {len(missing)} file(s) the series touches: {', '.join(missing)}",
+            hint="ddtree-deploy snapshot pin   # records their pristine hashes from the verified snapshot",
+        )
+
+
+def verify_base_against_pin(result: ApplyResult, pin: Pin) -> None:
+    """Every file the series touched must hold exactly the pin's pristine content in the base."""
+    for fr in result.files.values():
+        want = pin.files.get(fr.path)
+        have = ABSENT if fr.base is None else sha256_bytes(fr.base)
+        if want is not None and want != have:
+            raise HashMismatchError(
+                fr.path, want, have,
+                hint="the base tree drifted from the pin: ddtree-deploy snapshot verify (or fetch it again)",
+            )
+
+
+def apply_checked(inputs: Inputs) -> ApplyResult:
+    """Apply + verify + compile, in memory. Raises the first error."""
+    if inputs.pin is not None:
+        check_pin_coverage(inputs.series, inputs.pin)
+    read, mode = _reader(inputs.base_dir)
+    result = apply_series(inputs.series, read, mode)
+    if inputs.pin is not None:
+        verify_base_against_pin(result, inputs.pin)
+    compile_check(result)
+    return result
+
+
+def manifest_for(result: ApplyResult, pin: Pin | None) -> Manifest:
+    series = result.series
+    package, _, version = series.name.partition("-")
+    if pin is not None:
+        package, version = pin.name, pin.version
+    files = []
+    for fr in sorted(result.changed(), key=lambda f: f.path):
+        files.append(FileEntry(
+            path=fr.path,
+            action=fr.action,
+            pristine_sha256=None if fr.base is None else sha256_bytes(fr.base),
+            patched_sha256=None if fr.result is None else sha256_bytes(fr.result),
+            mode=f"{fr.mode:04o}",
+            patches=list(fr.patches),
+        ))
+    return Manifest(package=package, version=version, series=series.name, series_id=series.series_id,
+                    patches=[PatchEntry(p.name, p.sha256) for p in series.patches], files=files)
+
+
+def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
+    """Write the patched files + manifest into ``out_dir``, replacing it whole (never half-written)."""
+    out_dir = Path(out_dir).resolve()
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+    try:
+        for fr in result.changed():
+            if fr.result is None:
+                continue
+            dest = tmp / fr.path
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(fr.result)
+            os.chmod(dest, fr.mode)
+            if dest.suffix == ".py":
+                _py_compile(dest, fr)
+        manifest.save(tmp)
+        if out_dir.exists():
+            old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
+            os.replace(out_dir, old)
+            os.replace(tmp, out_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, out_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out_dir
+
+
+def _py_compile(path: Path, fr) -> None:
+    with tempfile.TemporaryDirectory() as cdir:
+        try:
+            py_compile.compile(str(path), cfile=os.path.join(cdir, "x.pyc"), dfile=fr.path, doraise=True)
+        except py_compile.PyCompileError as exc:
+            culprit = fr.patches[-1] if fr.patches else "?"
+            raise CompileError(f"{fr.path}: py_compile failed: {exc.msg} (last patched by {culprit})") from None
+
+
+def build(out_dir: Path, series_dir: Path | None = None, base_dir: Path | None = None,
+          pin: Pin | None | bool = True) -> Manifest:
+    """Build the series into ``out_dir``; see the module docstring. Returns the manifest."""
+    inputs = resolve_inputs(series_dir, base_dir, pin)
+    result = apply_checked(inputs)
+    manifest = manifest_for(result, inputs.pin)
+    write_tree(result, manifest, out_dir)
+    return manifest
+
+
+@dataclass
+class PatchReport:
+    name: str
+    sha256: str
+    status: str  # applied | failed | not-reached
+    files: list[str]
+    error: dict | None = None
+
+
+@dataclass
+class CheckReport:
+    ok: bool
+    series: str
+    series_id: str
+    base: str | None
+    patches: list[PatchReport] = field(default_factory=list)
+    compiled: list[str] = field(default_factory=list)
+    unlisted: list[str] = field(default_factory=list)
+    error: dict | None = None
+    exit_code: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "ok": self.ok,
+            "series": self.series,
+            "series_id": self.series_id,
+            "base": self.base,
+            "patches": [p.__dict__ for p in self.patches],
+            "compiled": self.compiled,
+            "unlisted": self.unlisted,
+            "error": self.error,
+            "exit_code": self.exit_code,
+        }
+
+
+def check(inputs: Inputs) -> CheckReport:
+    """Apply + verify + compile without writing; a report instead of an exception for patch errors."""
+    s = inputs.series
+    rep = CheckReport(ok=True, series=s.name, series_id=s.series_id,
+                      base=str(inputs.base_dir) if inputs.base_dir else None, unlisted=list(s.unlisted))
+    for p in s.patches:
+        rep.patches.append(PatchReport(p.name, p.sha256, "applied", [f.path for f in p.files]))
+    try:
+        result = apply_checked(inputs)
+        rep.compiled = sorted(f.path for f in result.files.values() if f.result is not None and f.path.endswith(".py"))
+    except DDTreeDeployError as exc:
+        rep.ok = False
+        rep.error = exc.to_json()
+        rep.exit_code = exc.exit_code
+        failed = exc.details.get("patch")
+        if isinstance(exc, CompileError):
+            for pr in rep.patches:
+                if pr.name == failed:
+                    pr.status, pr.error = "compile-error", exc.to_json()
+        elif failed is not None:
+            state = "applied"
+            for pr in rep.patches:
+                if pr.name == failed:
+                    pr.status, pr.error, state = "failed", exc.to_json(), "not-reached"
+                elif state == "not-reached":
+                    pr.status = "not-reached"
+        else:
+            for pr in rep.patches:
+                pr.status = "not-reached"
+    return rep

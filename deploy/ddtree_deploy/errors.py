@@ -1,0 +1,212 @@
+"""One exception hierarchy for the whole core.
+
+Every error the core raises on purpose is a :class:`DDTreeDeployError`. Each class carries the
+process exit code the CLI turns it into (the CLI maps them in one place, ``cli/__init__.py``;
+the README lists them). An error may also carry a ``hint``: the exact command that fixes it.
+
+Exit codes (keep in sync with the README's table):
+
+====  ==========================================================================
+0     success
+1     unexpected failure (a bug: please report it)
+2     usage error (bad flag, unknown host, bad inventory or config)
+3     snapshot or pin error (download failed, wheel or file hash differs from the pin)
+4     patch error (parse error, refused path, does not apply exactly)
+5     compile error (a patched ``.py`` file does not ``py_compile``)
+6     host refused before anything was written (host key, version, drift, disk, perms)
+7     deploy lock held by someone else
+8     push failed after writing; the host was rolled back to its previous state
+9     rollback failed or backup unusable: the host needs a human (see ``status``)
+10    several hosts were asked and some of them failed (see the table / ``--json``)
+11    comparison against a baseline failed its thresholds
+12    smoke test failed on a host (nothing was changed by ``smoke`` itself)
+130   interrupted (Ctrl-C)
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DDTreeDeployError(Exception):
+    """Base class. ``exit_code`` says how the CLI exits; ``hint`` says how to fix it."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.details = details or {}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"error": type(self).__name__, "message": self.message}
+        if self.hint:
+            out["hint"] = self.hint
+        out.update(self.details)
+        return out
+
+
+class UsageError(DDTreeDeployError):
+    exit_code = 2
+
+
+class InventoryError(UsageError):
+    """The host inventory is missing, malformed, or names no such host."""
+
+
+# --- snapshot / pin ---------------------------------------------------------------------------
+
+
+class SnapshotError(DDTreeDeployError):
+    exit_code = 3
+
+
+class PinError(SnapshotError):
+    """The pin file is missing, malformed, or does not cover what the series touches."""
+
+
+class FetchError(SnapshotError):
+    """The pinned wheel could not be downloaded or unpacked."""
+
+
+class HashMismatchError(SnapshotError):
+    """A wheel or file does not have the sha256 the pin records."""
+
+    def __init__(self, what: str, expected: str, actual: str, *, hint: str | None = None):
+        super().__init__(
+            f"{what}: sha256 {actual} does not match the pin's {expected}",
+            hint=hint,
+            details={"file": what, "expected_sha256": expected, "actual_sha256": actual},
+        )
+        self.what = what
+        self.expected = expected
+        self.actual = actual
+
+
+class SnapshotMissingError(SnapshotError):
+    """The pinned snapshot is not in the cache yet."""
+
+
+# --- patches ----------------------------------------------------------------------------------
+
+
+class PatchError(DDTreeDeployError):
+    exit_code = 4
+
+
+class SeriesError(PatchError):
+    """The series file is malformed or names a patch that does not exist."""
+
+
+class PatchParseError(PatchError):
+    """A patch is not a well-formed unified diff."""
+
+
+class PatchRefusedError(PatchError):
+    """A patch is well formed but asks for something we never do (binary, unsafe path, ...)."""
+
+
+class PatchApplyError(PatchError):
+    """A hunk does not match the base exactly (zero fuzz, zero offset)."""
+
+    def __init__(
+        self,
+        *,
+        patch: str,
+        file: str,
+        hunk: int,
+        line: int,
+        expected: str | None,
+        actual: str | None,
+        reason: str,
+        hint: str | None = None,
+    ):
+        msg = f"{patch}: {file}: hunk #{hunk} does not apply at line {line}: {reason}"
+        if expected is not None or actual is not None:
+            msg += f"\n  expected: {expected!r}\n  actual:   {actual!r}"
+        super().__init__(
+            msg,
+            hint=hint,
+            details={
+                "patch": patch,
+                "file": file,
+                "hunk": hunk,
+                "line": line,
+                "expected": expected,
+                "actual": actual,
+                "reason": reason,
+            },
+        )
+        self.patch = patch
+        self.file = file
+        self.hunk = hunk
+        self.line = line
+        self.expected = expected
+        self.actual = actual
+        self.reason = reason
+
+
+class CompileError(DDTreeDeployError):
+    """A patched Python file does not compile; names the patch that broke it."""
+
+    exit_code = 5
+
+
+# --- remote -----------------------------------------------------------------------------------
+
+
+class RemoteError(DDTreeDeployError):
+    """Something went wrong talking to a host."""
+
+    exit_code = 1
+
+
+class HostRefusedError(RemoteError):
+    """Preflight refused the host before anything was written."""
+
+    exit_code = 6
+
+
+class HostKeyError(HostRefusedError):
+    """The host's key is unknown (and not explicitly accepted) or has changed."""
+
+
+class DriftError(HostRefusedError):
+    """A target file on the host is neither the pinned pristine file nor our patched file."""
+
+
+class LockHeldError(RemoteError):
+    exit_code = 7
+
+
+class RolledBackError(RemoteError):
+    """The push failed after writing; the host was restored and verified."""
+
+    exit_code = 8
+
+
+class RollbackFailedError(RemoteError):
+    """Restoring the host failed: it needs a human."""
+
+    exit_code = 9
+
+
+class PartialFailureError(DDTreeDeployError):
+    """Several hosts were asked and some failed."""
+
+    exit_code = 10
+
+
+class CompareFailedError(DDTreeDeployError):
+    exit_code = 11
+
+
+class SmokeFailedError(RemoteError):
+    exit_code = 12
+
+
+EXIT_OK = 0
+EXIT_UNEXPECTED = 1
+EXIT_INTERRUPTED = 130

@@ -1,0 +1,194 @@
+"""The pinned SGLang snapshot: download the wheel, verify it, unpack ``sglang/`` into the cache.
+
+Layout under the cache dir (see :mod:`paths`)::
+
+    wheels/<wheel filename>                       # the downloaded wheel, sha256-verified
+    snapshots/sglang-0.5.23/<wheel sha256[:16]>/sglang/...   # the unpacked package
+    snapshots/sglang-0.5.23/<wheel sha256[:16]>/.snapshot.json
+
+Nothing here writes into the repository. A snapshot is unpacked into a temp dir and renamed
+into place, so a half-unpacked snapshot is never seen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import FetchError, HashMismatchError, SnapshotMissingError
+from .hashing import sha256_file
+from .paths import cache_dir, default_pin_path
+from .pin import ABSENT, Pin, WheelPin, load_pin
+
+MARKER = ".snapshot.json"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An unpacked, verified pinned package: ``root / "sglang"`` is the package."""
+
+    root: Path
+    wheel: WheelPin
+
+    @property
+    def package_dir(self) -> Path:
+        return self.root / "sglang"
+
+
+def wheels_dir() -> Path:
+    return cache_dir() / "wheels"
+
+
+def snapshot_root(pin: Pin, wheel: WheelPin) -> Path:
+    return cache_dir() / "snapshots" / f"{pin.name}-{pin.version}" / wheel.sha256[:16]
+
+
+def _pip_download(pin: Pin, dest: Path, python_version: str | None) -> Path:
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
+    if python_version:
+        cmd += ["--python-version", python_version]
+    cmd.append(pin.requirement)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        raise FetchError(
+            f"pip could not download {pin.requirement}: " + " | ".join(tail),
+            hint=f"check the network, or pass a local wheel: ddtree-deploy snapshot fetch --wheel PATH",
+        )
+    found = sorted(dest.glob(f"{pin.name}-{pin.version}-*.whl"))
+    if len(found) != 1:
+        raise FetchError(f"expected one {pin.name} {pin.version} wheel from pip, found {[p.name for p in found]}")
+    return found[0]
+
+
+def verify_wheel(pin: Pin, wheel_file: Path) -> WheelPin:
+    wp = pin.wheel_named(wheel_file.name)
+    if wp is None:
+        known = ", ".join(w.filename for w in pin.wheels)
+        raise FetchError(
+            f"{wheel_file.name} is not a wheel the pin verified (pinned: {known})",
+            hint="add its [[wheel]] entry to the pin only after checking it matches the pinned files",
+        )
+    actual = sha256_file(wheel_file)
+    if actual != wp.sha256:
+        raise HashMismatchError(wheel_file.name, wp.sha256, actual)
+    return wp
+
+
+def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: str | None = None) -> Snapshot:
+    """Download (or take ``wheel``), verify against the pin, unpack into the cache. Idempotent."""
+    pin = pin or load_pin(default_pin_path())
+    wheels_dir().mkdir(parents=True, exist_ok=True)
+    if wheel is None:
+        cached = [wheels_dir() / w.filename for w in pin.wheels]
+        wanted_tag = f"cp{sys.version_info.major}{sys.version_info.minor}" if python_version is None else (
+            "cp" + python_version.replace(".", ""))
+        hit = [p for p in cached if p.is_file() and WheelPin(p.name, "").python_tag == wanted_tag]
+        if hit:
+            wheel = hit[0]
+        else:
+            with tempfile.TemporaryDirectory(dir=wheels_dir()) as tmp:
+                got = _pip_download(pin, Path(tmp), python_version)
+                verify_wheel(pin, got)
+                final = wheels_dir() / got.name
+                os.replace(got, final)
+                wheel = final
+    wp = verify_wheel(pin, wheel)
+    cached = wheels_dir() / wp.filename
+    if Path(wheel).resolve() != cached.resolve():
+        tmp_copy = cached.with_name(cached.name + f".tmp-{os.getpid()}")
+        shutil.copyfile(wheel, tmp_copy)
+        os.replace(tmp_copy, cached)
+    root = snapshot_root(pin, wp)
+    if (root / MARKER).is_file():
+        return Snapshot(root, wp)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    tmp_root = Path(tempfile.mkdtemp(dir=root.parent, prefix=".unpack-"))
+    try:
+        with zipfile.ZipFile(wheel) as zf:
+            for info in zf.infolist():
+                name = info.filename
+                if not name.startswith(f"{pin.name}/") or name.endswith("/"):
+                    continue
+                if name.startswith("/") or ".." in Path(name).parts:
+                    raise FetchError(f"{wheel.name}: refusing unsafe member {name!r}")
+                zf.extract(info, tmp_root)
+                mode = (info.external_attr >> 16) & 0o777
+                if mode:
+                    os.chmod(tmp_root / name, mode)
+        (tmp_root / MARKER).write_text(json.dumps({"wheel": wp.filename, "sha256": wp.sha256}) + "\n")
+        try:
+            os.replace(tmp_root, root)
+        except OSError:
+            if not (root / MARKER).is_file():  # nobody else won the race
+                raise
+    finally:
+        if tmp_root.exists():
+            shutil.rmtree(tmp_root, ignore_errors=True)
+    return Snapshot(root, wp)
+
+
+def find_snapshot(pin: Pin | None = None) -> Snapshot:
+    """The cached snapshot for this pin (the current Python's wheel first), without downloading."""
+    pin = pin or load_pin(default_pin_path())
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    ordered = sorted(pin.wheels, key=lambda w: w.python_tag != tag)
+    for wp in ordered:
+        root = snapshot_root(pin, wp)
+        if (root / MARKER).is_file():
+            return Snapshot(root, wp)
+    raise SnapshotMissingError(
+        f"the pinned {pin.requirement} snapshot is not in the cache ({cache_dir()})",
+        hint="ddtree-deploy snapshot fetch",
+    )
+
+
+def ensure_snapshot(pin: Pin | None = None) -> Path:
+    """Path of the directory that holds the pinned ``sglang/`` package; fetches it if needed."""
+    try:
+        return find_snapshot(pin).root
+    except SnapshotMissingError:
+        return fetch(pin).root
+
+
+def wheel_path(pin: Pin | None = None) -> Path:
+    """The verified pinned wheel file in the cache (fetching it if needed)."""
+    snap = find_snapshot(pin) if _has_snapshot(pin) else fetch(pin)
+    return wheels_dir() / snap.wheel.filename
+
+
+def _has_snapshot(pin: Pin | None) -> bool:
+    try:
+        snap = find_snapshot(pin)
+    except SnapshotMissingError:
+        return False
+    return (wheels_dir() / snap.wheel.filename).is_file()
+
+
+def verify_tree(pin: Pin, root: Path) -> list[str]:
+    """Re-hash every pinned file under ``root`` (a dir containing ``sglang/``).
+
+    Returns the list of verified paths; raises :class:`HashMismatchError` on the first file that
+    differs (naming the file and both hashes), or that exists although the pin says absent.
+    """
+    checked = []
+    for rel, digest in sorted(pin.files.items()):
+        path = root / rel
+        if digest == ABSENT:
+            if path.exists():
+                raise HashMismatchError(rel, ABSENT, sha256_file(path) if path.is_file() else "a directory")
+        else:
+            actual = sha256_file(path) if path.is_file() else "missing"
+            if actual != digest:
+                raise HashMismatchError(
+                    rel, digest, actual, hint="ddtree-deploy snapshot fetch   # after removing the cached copy"
+                )
+        checked.append(rel)
+    return checked
