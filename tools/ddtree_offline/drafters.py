@@ -30,6 +30,7 @@ in (``output_hidden_states=True``). Not implemented.
 
 from __future__ import annotations
 
+import math
 from typing import Protocol, Sequence
 
 import torch
@@ -75,6 +76,17 @@ class SyntheticDrafter:
         decay: per-depth decay of a float quality.
         noise_sharpness: std of the random logits of the noise distribution (larger = peakier noise,
            so wrong tokens get confident mass, as in a real drafter).
+        jitter: per-position spread of the oracle mass: the mass actually used at absolute
+           position p is ``sigmoid(logit(q_d) + jitter * z_p)``, z_p ~ N(0, 1) from (seed, p).
+           Without it every q_d > ~0.5 would make the oracle the top-1 everywhere (linear drafts
+           already perfect); with it, some positions are "hard" and the oracle drops to rank 2..K.
+           q_d = 1 and q_d = 0 are unaffected (perfect / useless drafter).
+        mode: ``"calibrated"`` (default): the row is ``q*onehot(top slot) + (1-q)*noise`` over
+           slots, and the oracle token is placed in a slot drawn from that row with probability q
+           (uniformly otherwise), so the drafter is roughly calibrated (its top-1 is right about
+           as often as it claims when q is high) and q = 0 puts the oracle at a uniformly random
+           rank. ``"mass"``: literally put mass q on the oracle token and (1-q) of noise elsewhere
+           (the oracle is then always the top-1 when q > ~0.6: an underconfident drafter).
     """
 
     def __init__(
@@ -85,6 +97,8 @@ class SyntheticDrafter:
         seed: int = 0,
         decay: float = 1.0,
         noise_sharpness: float = 3.0,
+        jitter: float = 1.5,
+        mode: str = "calibrated",
     ):
         self.target = target
         self.quality = quality
@@ -92,6 +106,10 @@ class SyntheticDrafter:
         self.seed = int(seed)
         self.decay = float(decay)
         self.noise_sharpness = float(noise_sharpness)
+        self.jitter = float(jitter)
+        if mode not in ("calibrated", "mass"):
+            raise ValueError("mode must be 'calibrated' or 'mass'")
+        self.mode = mode
         self.vocab = int(target.config.vocab_size)
         self.reset()
 
@@ -148,11 +166,36 @@ class SyntheticDrafter:
             feed = [tok]
         return out_tokens
 
-    def _noise_logprobs(self, position: int, device) -> torch.Tensor:
+    def _row(self, position: int, q: float, oracle_token: int, device) -> torch.Tensor:
+        """Log-probs ``[V]`` of depth row at absolute ``position``; pure in (seed, position, q, oracle)."""
+        V = self.vocab
         g = torch.Generator(device="cpu")
         g.manual_seed((self.seed * 1_000_003 + position * 7_919 + 17) % (2**63 - 1))
-        z = torch.randn(self.vocab, generator=g, dtype=torch.float32) * self.noise_sharpness
-        return torch.log_softmax(z, dim=-1).to(device)
+        z = torch.randn(V + 1, generator=g, dtype=torch.float64)
+        noise = torch.softmax(z[:V] * self.noise_sharpness, dim=-1)
+        if 0.0 < q < 1.0 and self.jitter > 0:
+            lq = math.log(q) - math.log1p(-q) + self.jitter * float(z[V])
+            q = 1.0 / (1.0 + math.exp(-lq))
+        if self.mode == "mass":
+            probs = noise * (1.0 - q)
+            probs[oracle_token] += q
+            return torch.log(probs.clamp_min(1e-30)).to(torch.float32).to(device)
+        # "calibrated": a distribution over V slots, then the oracle token is put into a slot drawn
+        # from that distribution (with prob q) or uniformly (prob 1 - q); other tokens fill the
+        # remaining slots in a random order.
+        slots = noise * (1.0 - q)
+        slots[int(torch.argmax(noise))] += q
+        u = float(torch.rand((), generator=g, dtype=torch.float64))
+        if u < q:
+            j = int(torch.multinomial(slots, 1, generator=g))
+        else:
+            j = int(torch.randint(V, (), generator=g))
+        perm = torch.randperm(V, generator=g)  # perm[slot] = token
+        i = int((perm == oracle_token).nonzero()[0, 0])
+        perm[i], perm[j] = perm[j].clone(), perm[i].clone()
+        logq = torch.empty(V, dtype=torch.float64)
+        logq[perm] = torch.log(slots.clamp_min(1e-30))
+        return logq.to(torch.float32).to(device)
 
     @torch.inference_mode()
     def propose(self, context_ids: list[int], depth: int, temperature: float = 0.0, seed: int = 0) -> torch.Tensor:
@@ -161,16 +204,10 @@ class SyntheticDrafter:
         oracle = self.oracle(context_ids, depth, temperature, seed)
         qs = quality_schedule(self.quality, depth, self.decay)
         start = len(context_ids)  # absolute position of the depth-1 token
-        rows = []
-        for d in range(depth):
-            noise = self._noise_logprobs(start + d, dev).exp()
-            probs = noise * (1.0 - qs[d])
-            probs[oracle[d]] += qs[d]
-            rows.append(torch.log(probs.clamp_min(1e-30)))
-        return torch.stack(rows)
+        return torch.stack([self._row(start + d, qs[d], oracle[d], dev) for d in range(depth)])
 
     def describe(self) -> dict:
         """JSON-able parameters (for run metadata)."""
         q = self.quality if isinstance(self.quality, (int, float)) else list(self.quality)
         return {"kind": "synthetic", "quality": q, "decay": self.decay, "seed": self.seed,
-                "noise_sharpness": self.noise_sharpness, "k": self.k}
+                "noise_sharpness": self.noise_sharpness, "jitter": self.jitter, "mode": self.mode, "k": self.k}

@@ -1,9 +1,224 @@
-"""Placeholder: commands are registered here by the part of the project that owns them."""
+"""CLI: ``snapshot``, ``check``, ``build`` and ``patches`` (the local half of the tool)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
+from rich.table import Table
+
+from .. import authoring, snapshot as snap
+from ..build import apply_checked, build as build_tree, check as check_series, resolve_inputs
+from ..console import err, out_json, out_line
+from ..errors import DDTreeDeployError
+from ..paths import cache_dir, default_pin_path, default_series_dir
+from ..pin import load_pin
+from ..series import load_series
+
+SeriesOpt = typer.Option(None, "--series", help="Series directory (default: patches/sglang-<pinned version>).")
+PinOpt = typer.Option(None, "--pin", help="Pin file (default: snapshot/sglang-<version>.toml).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
+
+snapshot_app = typer.Typer(
+    help="The pinned SGLang snapshot: fetch the wheel from PyPI, verify it, unpack it into the cache.",
+    no_args_is_help=True,
+)
+patches_app = typer.Typer(
+    help="Author the series with git: `edit` makes a work tree (one commit per patch), `refresh` writes it back.",
+    no_args_is_help=True,
+)
+
+
+def _pin(pin_path: Optional[Path]):
+    return load_pin(pin_path or default_pin_path())
+
+
+@snapshot_app.command("fetch")
+def snapshot_fetch(
+    wheel: Optional[Path] = typer.Option(None, "--wheel", help="Use this local wheel file instead of downloading."),
+    python_version: Optional[str] = typer.Option(
+        None, "--python-version", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."),
+    pin: Optional[Path] = PinOpt,
+    json_: bool = JsonOpt,
+) -> None:
+    """Download the pinned wheel (pip, no deps), check its sha256, unpack sglang/ into the cache."""
+    p = _pin(pin)
+    err.print(f"fetching {p.requirement} into {cache_dir()} ...")
+    s = snap.fetch(p, wheel=wheel, python_version=python_version)
+    verified = snap.verify_tree(p, s.root)
+    err.print(f"[green]ok[/] {s.wheel.filename} sha256 verified; {len(verified)} pinned file(s) verified")
+    if json_:
+        out_json({"ok": True, "wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root),
+                  "verified": verified})
+    else:
+        out_line(str(s.root))
+
+
+@snapshot_app.command("verify")
+def snapshot_verify(pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
+    """Re-hash the cached snapshot's pinned files against the pin."""
+    p = _pin(pin)
+    s = snap.find_snapshot(p)
+    verified = snap.verify_tree(p, s.root)
+    err.print(f"[green]ok[/] {len(verified)} pinned file(s) match {p.path}")
+    if json_:
+        out_json({"ok": True, "root": str(s.root), "verified": verified})
+
+
+@snapshot_app.command("path")
+def snapshot_path(pin: Optional[Path] = PinOpt) -> None:
+    """Print the cached snapshot's directory (the one that contains sglang/)."""
+    out_line(str(snap.find_snapshot(_pin(pin)).root))
+
+
+@snapshot_app.command("pin")
+def snapshot_pin(
+    series: Optional[Path] = SeriesOpt,
+    pin: Optional[Path] = PinOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Show the new [files] table, write nothing."),
+) -> None:
+    """Record in the pin the pristine sha256 of every file the series touches (from the verified snapshot)."""
+    p = _pin(pin)
+    s = snap.find_snapshot(p)
+    ser = load_series(series or default_series_dir(p.version))
+    files = authoring.pin_files(p, ser, s.root)
+    added = sorted(set(files) - set(p.files))
+    dropped = sorted(set(p.files) - set(files))
+    for rel in added:
+        err.print(f"  + {rel} = {files[rel]}")
+    for rel in dropped:
+        err.print(f"  - {rel}")
+    if dry_run:
+        err.print("dry run: pin not written")
+        return
+    p.files = files
+    p.save()
+    err.print(f"[green]ok[/] {p.path}: {len(files)} file(s) pinned ({len(added)} added, {len(dropped)} dropped)")
+
+
+def check_cmd(
+    series: Optional[Path] = SeriesOpt,
+    against: Optional[Path] = typer.Option(
+        None, "--against", help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot."),
+    pin: Optional[Path] = PinOpt,
+    json_: bool = JsonOpt,
+) -> int:
+    """Apply the whole series exactly (zero fuzz, zero offset) and compile it; write nothing.
+
+    Exits 0 when every patch applies and every patched .py file compiles; otherwise the
+    documented code (4: a patch does not apply; 5: compile error; 3: base differs from the pin).
+    """
+    inputs = resolve_inputs(series, against, load_pin(pin) if pin else True)
+    rep = check_series(inputs)
+    if json_:
+        out_json(rep.to_json())
+    for pr in rep.patches:
+        colour = {"applied": "green", "failed": "red", "compile-error": "red"}.get(pr.status, "yellow")
+        err.print(f"  [{colour}]{pr.status:<13}[/] {pr.name}")
+    for name in rep.unlisted:
+        err.print(f"  [yellow]warning[/] {name} is in the series dir but not in the series file")
+    if rep.ok:
+        err.print(f"[green]ok[/] {rep.series_id}: {len(rep.patches)} patch(es) apply exactly; "
+                  f"{len(rep.compiled)} .py file(s) compile")
+        return 0
+    e = rep.error or {}
+    err.print("[bold red]error:[/]", end=" ")
+    err.print(e.get("message", "check failed"), markup=False, soft_wrap=True)
+    if e.get("hint"):
+        err.print("[bold]fix:[/]", end=" ")
+        err.print(e["hint"], markup=False, soft_wrap=True)
+    raise typer.Exit(rep.exit_code)
+
+
+def build_cmd(
+    out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", help="Output directory (replaced whole)."),
+    series: Optional[Path] = SeriesOpt,
+    against: Optional[Path] = typer.Option(None, "--against", help="Build on this pristine tree instead of the snapshot."),
+    pin: Optional[Path] = PinOpt,
+    json_: bool = JsonOpt,
+) -> None:
+    """Write the patched files (package-relative) and manifest.json, after py_compile of every .py."""
+    m = build_tree(out, series_dir=series, base_dir=against, pin=load_pin(pin) if pin else True)
+    if json_:
+        out_json(m.to_json())
+    else:
+        out_line(str(Path(out).resolve()))
+    err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
+
+
+@patches_app.command("edit")
+def patches_edit(
+    work: Path = typer.Option(None, "--work", help="Work tree to create (default: .work/sglang in the repo)."),
+    series: Optional[Path] = SeriesOpt,
+    force: bool = typer.Option(False, "--force", help="Replace an existing work tree (its edits are lost)."),
+) -> None:
+    """Make a git work tree: the pristine package, then one commit per patch (subject = file name)."""
+    inputs = resolve_inputs(series, None, True)
+    base = inputs.base_dir or snap.ensure_snapshot(inputs.pin)
+    work = work or authoring.default_work_dir()
+    res = authoring.edit(work, inputs.series, base, f"{inputs.pin.name} {inputs.pin.version}", force=force)
+    out_line(str(res.work_dir))
+    err.print(f"[green]ok[/] {res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)")
+    err.print("edit with git (one commit per patch; the subject is the patch file name), then "
+              "`ddtree-deploy patches refresh`")
+
+
+@patches_app.command("refresh")
+def patches_refresh(
+    work: Path = typer.Option(None, "--work", help="Work tree made by `patches edit` (default: .work/sglang)."),
+    series: Optional[Path] = SeriesOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Write the work tree's commits back as patches + series, update the pin, then re-check."""
+    work = work or authoring.default_work_dir()
+    res = authoring.refresh(work, series, dry_run=dry_run)
+    for n in res.written:
+        err.print(f"  [green]wrote[/]     {n}")
+    for n in res.unchanged:
+        err.print(f"  unchanged {n}")
+    for n in res.removed:
+        err.print(f"  [yellow]removed[/]   {n}")
+    if not dry_run:
+        p = load_pin(default_pin_path())
+        ser = load_series(Path(series or authoring.work_state(work)["series_dir"]))
+        repo_series = ser.directory.resolve() == default_series_dir(p.version).resolve()
+        if repo_series:
+            files = authoring.pin_files(p, ser, snap.ensure_snapshot(p))
+            if files != p.files:
+                p.files = files
+                p.save()
+                err.print(f"  [green]updated[/]   {p.path} ([files] now lists {len(files)} file(s))")
+        else:
+            err.print(f"  (the pin is not updated: {ser.directory} is not the repo's series)")
+        apply_checked(resolve_inputs(ser.directory, None, p if repo_series else False))
+        err.print("[green]ok[/] the refreshed series applies and compiles")
+    if json_:
+        out_json({"written": res.written, "unchanged": res.unchanged, "removed": res.removed,
+                  "series_rewritten": res.series_rewritten, "dry_run": dry_run})
+
+
+@patches_app.command("list")
+def patches_list(series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
+    """List the series: each patch, its sha256 and the files it touches."""
+    ser = load_series(series or default_series_dir())
+    if json_:
+        out_json({"series": ser.name, "series_id": ser.series_id, "patches": [
+            {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
+            for p in ser.patches]})
+        return
+    t = Table(title=f"{ser.series_id}")
+    t.add_column("#")
+    t.add_column("patch")
+    t.add_column("files")
+    for i, p in enumerate(ser.patches, 1):
+        t.add_row(str(i), p.name, "\n".join(f"{f.action[0].upper()} {f.path}" for f in p.files))
+    err.print(t)
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.add_typer(snapshot_app, name="snapshot")
+    app.command("check")(check_cmd)
+    app.command("build")(build_cmd)
+    app.add_typer(patches_app, name="patches")

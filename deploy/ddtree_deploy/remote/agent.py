@@ -1,0 +1,791 @@
+"""The host-side half of ddtree-deploy: one self-contained script, run by the host's own Python.
+
+It is never imported on the host: the client sends this file's text over the SSH channel's stdin
+and runs it with ``PYTHON -c BOOTSTRAP`` (see ``hostops.BOOTSTRAP``), so nothing is installed on
+the host and every remote path travels inside a JSON request, never through a shell.
+
+Protocol (stdin): ``<len>\\n<agent source>`` (read by the bootstrap), then ``<len>\\n<request JSON>``,
+then the payload (the concatenated file contents named by the request, for ``apply``).
+Output (stdout): zero or more ``DDTREE-EVENT {json}`` lines, then exactly one ``DDTREE-RESULT {json}``.
+
+Once the whole payload is in, an ``apply`` or ``rollback`` runs to its end even if the connection
+drops (SIGHUP and broken pipes are ignored), and every step is journaled in the deploy record, so
+a host is never left changed without a record saying what to undo.
+
+Needs only the standard library (Python >= 3.8). State directory layout: see docs/deploy.md.
+"""
+
+import errno
+import hashlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+AGENT_FORMAT = 1
+_OUT = sys.stdout
+_stdout_ok = [True]
+
+
+def emit(kind, obj):
+    if not _stdout_ok[0]:
+        return
+    try:
+        _OUT.write("DDTREE-%s %s\n" % (kind, json.dumps(obj, sort_keys=True)))
+        _OUT.flush()
+    except (OSError, ValueError):
+        _stdout_ok[0] = False  # the client went away: keep going, the record has the outcome
+
+
+def event(phase, **kw):
+    kw["phase"] = phase
+    emit("EVENT", kw)
+
+
+def now():
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while True:
+            chunk = fh.read(1 << 20)
+            if not chunk:
+                break
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_sha(path):
+    """sha256 of a regular file, or None if it does not exist."""
+    try:
+        return sha256_file(path)
+    except FileNotFoundError:
+        return None
+    except IsADirectoryError:
+        return "<directory>"
+
+
+def fsync_dir(path):
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+class Fail(Exception):
+    """An error the client maps to an exception class (``kind``) of ddtree_deploy.errors."""
+
+    def __init__(self, kind, message, hint=None, **details):
+        Exception.__init__(self, message)
+        self.kind = kind
+        self.message = message
+        self.hint = hint
+        self.details = details
+
+
+# --- where things are ---------------------------------------------------------------------------
+
+
+def find_site(req):
+    sp = req.get("site_packages")
+    if sp:
+        return os.path.abspath(os.path.expanduser(sp))
+    import importlib.util
+
+    sys.path[:] = [p for p in sys.path if p not in ("", ".")]
+    spec = importlib.util.find_spec(req.get("package", "sglang"))
+    if spec is None or not spec.submodule_search_locations:
+        raise Fail("HostRefusedError", "%s is not importable by %s" % (req.get("package", "sglang"), sys.executable))
+    return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
+
+
+def state_dir(req):
+    return os.path.abspath(os.path.expanduser(req["state_dir"]))
+
+
+def safe_join(site, rel):
+    if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in rel.split("/")):
+        raise Fail("UsageError", "refused path %r" % rel)
+    return os.path.join(site, *rel.split("/"))
+
+
+def dist_version(site, package):
+    try:
+        names = os.listdir(site)
+    except OSError:
+        return None
+    norm = package.replace("-", "_").lower()
+    for name in sorted(names):
+        if name.endswith(".dist-info") and name.split("-")[0].replace("-", "_").lower() == norm:
+            try:
+                with open(os.path.join(site, name, "METADATA"), encoding="utf-8", errors="replace") as fh:
+                    for line in fh:
+                        if line.startswith("Version:"):
+                            return line.split(":", 1)[1].strip()
+                        if not line.strip():
+                            break
+            except OSError:
+                pass
+            return name[len(name.split("-")[0]) + 1 : -len(".dist-info")]
+    return None
+
+
+# --- lock -----------------------------------------------------------------------------------------
+
+
+def pid_start(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+
+
+def lock_info(sd):
+    lock = os.path.join(sd, "lock")
+    if not os.path.isdir(lock):
+        return None
+    info = {}
+    try:
+        with open(os.path.join(lock, "info.json")) as fh:
+            info = json.load(fh)
+    except (OSError, ValueError):
+        info = {"who": "unknown (lock being created or info unreadable)"}
+    alive = None
+    if info.get("hostname") == socket.gethostname() and info.get("pid"):
+        try:
+            os.kill(int(info["pid"]), 0)
+            alive = pid_start(int(info["pid"])) == info.get("pid_start")
+        except ProcessLookupError:
+            alive = False
+        except PermissionError:
+            alive = True
+    elif not info.get("pid"):
+        try:
+            alive = time.time() - os.stat(lock).st_mtime < 60
+        except OSError:
+            alive = False
+    info["alive"] = alive
+    return info
+
+
+def acquire_lock(sd, req, op):
+    os.makedirs(sd, mode=0o700, exist_ok=True)
+    lock = os.path.join(sd, "lock")
+    try:
+        os.mkdir(lock, 0o700)
+    except FileExistsError:
+        holder = lock_info(sd) or {}
+        if req.get("break_stale_lock") and holder.get("alive") is False:
+            event("lock", note="breaking stale lock of dead %s" % holder.get("deploy_id"))
+            release_lock(sd)
+            audit(sd, {"op": "lock-break", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
+                       "result": "broke stale lock", "holder": holder})
+            os.mkdir(lock, 0o700)
+        else:
+            raise Fail("LockHeldError", "deploy lock held by %s since %s (%s %s, deploy %s)%s" % (
+                holder.get("who"), holder.get("when"), holder.get("op"), holder.get("why") or "",
+                holder.get("deploy_id"), "" if holder.get("alive") is not False else "; its process is gone"),
+                holder=holder)
+    info = {"who": req.get("who"), "user": req.get("user"), "when": now(), "why": req.get("why"),
+            "deploy_id": req.get("deploy_id"), "op": op, "pid": os.getpid(),
+            "pid_start": pid_start(os.getpid()), "hostname": socket.gethostname()}
+    tmp = os.path.join(lock, "info.json.tmp")
+    with open(tmp, "w") as fh:
+        json.dump(info, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(tmp, os.path.join(lock, "info.json"))
+    return info
+
+
+def release_lock(sd):
+    lock = os.path.join(sd, "lock")
+    for name in ("info.json", "info.json.tmp"):
+        try:
+            os.unlink(os.path.join(lock, name))
+        except FileNotFoundError:
+            pass
+    try:
+        os.rmdir(lock)
+    except FileNotFoundError:
+        pass
+
+
+# --- records and audit ----------------------------------------------------------------------------
+
+
+def audit(sd, obj):
+    obj = dict(obj)
+    obj.setdefault("time", now())
+    os.makedirs(sd, mode=0o700, exist_ok=True)
+    line = json.dumps(obj, sort_keys=True) + "\n"
+    fd = os.open(os.path.join(sd, "audit.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, line.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json_atomic(path, obj):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1, sort_keys=True)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.rename(tmp, path)
+    fsync_dir(os.path.dirname(path))
+
+
+def record_dir(sd, deploy_id):
+    if not deploy_id or "/" in deploy_id or deploy_id.startswith("."):
+        raise Fail("UsageError", "bad deploy id %r" % deploy_id)
+    return os.path.join(sd, "deploys", deploy_id)
+
+
+def load_records(sd):
+    base = os.path.join(sd, "deploys")
+    out = []
+    try:
+        names = sorted(os.listdir(base))
+    except OSError:
+        return out
+    for name in names:
+        try:
+            with open(os.path.join(base, name, "record.json")) as fh:
+                out.append(json.load(fh))
+        except (OSError, ValueError):
+            out.append({"deploy_id": name, "status": "unreadable"})
+    return out
+
+
+APPLIED = ("deployed",)
+INTERRUPTED = ("backing-up", "staging", "writing", "written", "restoring")
+
+
+def save_record(rec):
+    rec["updated"] = now()
+    write_json_atomic(os.path.join(rec["_dir"], "record.json"), {k: v for k, v in rec.items() if k != "_dir"})
+
+
+# --- file operations ------------------------------------------------------------------------------
+
+
+def tmp_name(target, deploy_id):
+    d, b = os.path.split(target)
+    return os.path.join(d, ".%s.ddtree-%s.tmp" % (b, deploy_id))
+
+
+def write_verified(path, data, sha, mode):
+    """Write ``data`` to ``path`` (a temp name), fsync, chmod, re-read and check its sha256."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(path, mode)
+    got = sha256_file(path)
+    if got != sha:
+        raise Fail("RemoteError", "%s: wrote sha256 %s, expected %s" % (path, got, sha))
+
+
+def drop_pycache(target):
+    d, b = os.path.split(target)
+    if not b.endswith(".py"):
+        return
+    cache = os.path.join(d, "__pycache__")
+    stem = b[:-3] + "."
+    try:
+        for name in os.listdir(cache):
+            if name.startswith(stem) and name.endswith(".pyc"):
+                try:
+                    os.unlink(os.path.join(cache, name))
+                except OSError:
+                    pass
+    except OSError:
+        pass
+
+
+def restore_record(rec, site):
+    """Put every file of ``rec`` back to its 'before' state; verify; return the problems found."""
+    problems = []
+    for f in rec["files"]:
+        target = safe_join(site, f["path"])
+        tmp = tmp_name(target, rec["deploy_id"])
+        try:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            if f["before_sha256"] is None:
+                if os.path.lexists(target):
+                    os.unlink(target)
+            elif file_sha(target) != f["before_sha256"]:
+                backup = os.path.join(rec["_dir"], "backup", *f["path"].split("/"))
+                if file_sha(backup) != f["before_sha256"]:
+                    raise Fail("RollbackFailedError", "backup of %s is missing or corrupt" % f["path"])
+                with open(backup, "rb") as fh:
+                    data = fh.read()
+                write_verified(tmp, data, f["before_sha256"], int(f["before_mode"], 8))
+                st = os.stat(backup)
+                os.utime(tmp, ns=(st.st_atime_ns, st.st_mtime_ns))
+                os.rename(tmp, target)
+                fsync_dir(os.path.dirname(target))
+            drop_pycache(target)
+        except Fail as exc:
+            problems.append(exc.message)
+        except OSError as exc:
+            problems.append("%s: %s" % (f["path"], exc))
+    for d in reversed(rec.get("created_dirs", [])):
+        try:
+            os.rmdir(safe_join(site, d))
+        except OSError:
+            pass
+    for f in rec["files"]:
+        got = file_sha(safe_join(site, f["path"]))
+        if got != f["before_sha256"]:
+            problems.append("%s: sha256 %s after restore, expected %s" % (f["path"], got, f["before_sha256"]))
+    return problems
+
+
+# --- compile + smoke --------------------------------------------------------------------------------
+
+COMPILE_SRC = r"""
+import py_compile, sys, tempfile, os
+bad = []
+with tempfile.TemporaryDirectory() as d:
+    for i, f in enumerate(sys.argv[1:]):
+        try:
+            py_compile.compile(f, cfile=os.path.join(d, "%d.pyc" % i), doraise=True)
+        except py_compile.PyCompileError as e:
+            bad.append(f)
+            sys.stderr.write(str(e.msg) + "\n")
+sys.exit(1 if bad else 0)
+"""
+
+SMOKE_SRC = r"""
+import importlib, sys
+for m in sys.argv[1:]:
+    importlib.import_module(m)
+    print("imported " + m)
+"""
+
+
+def run_checks(site, paths, modules, timeout):
+    """py_compile every deployed .py, then import the smoke modules in a fresh interpreter."""
+    pys = [safe_join(site, p) for p in paths if p.endswith(".py") and os.path.exists(safe_join(site, p))]
+    out = {"compiled": len(pys), "modules": list(modules)}
+    work = tempfile.mkdtemp(prefix="ddtree-smoke-")
+    try:
+        steps = []
+        if pys:
+            steps.append(("compile", [sys.executable, "-c", COMPILE_SRC] + pys))
+        if modules:
+            steps.append(("smoke", [sys.executable, "-c", SMOKE_SRC] + list(modules)))
+        for name, cmd in steps:
+            event(name, count=len(cmd) - 3)
+            t0 = time.time()
+            try:
+                p = subprocess.run(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                   stderr=subprocess.STDOUT, timeout=timeout)
+                rc, text = p.returncode, p.stdout.decode("utf-8", "replace")
+            except subprocess.TimeoutExpired as exc:
+                rc, text = -1, ((exc.output or b"").decode("utf-8", "replace") + "\ntimed out after %ss" % timeout)
+            out[name + "_seconds"] = round(time.time() - t0, 3)
+            if rc != 0:
+                out["failed_step"] = name
+                out["output_tail"] = text[-4000:]
+                out["ok"] = False
+                return out
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out["ok"] = True
+    return out
+
+
+# --- operations -------------------------------------------------------------------------------------
+
+
+def op_probe(req, stdin):
+    site = find_site(req)
+    sd = state_dir(req)
+    files = {}
+    for f in req.get("files", []):
+        target = safe_join(site, f["path"])
+        d = os.path.dirname(target)
+        # nearest existing ancestor decides whether we can create the file (and its directories)
+        anc = d
+        while not os.path.isdir(anc) and os.path.dirname(anc) != anc:
+            anc = os.path.dirname(anc)
+        info = {"exists": os.path.lexists(target), "sha256": file_sha(target), "dir_exists": os.path.isdir(d),
+                "dir_writable": os.access(anc, os.W_OK | os.X_OK)}
+        if info["exists"]:
+            st = os.lstat(target)
+            info["mode"] = "%04o" % (st.st_mode & 0o7777)
+            info["size"] = st.st_size
+            info["writable"] = os.access(target, os.W_OK) and not os.path.islink(target)
+            info["is_symlink"] = os.path.islink(target)
+            if f.get("want_content") and info["size"] < 4 << 20:
+                with open(target, "rb") as fh:
+                    info["content_hex"] = fh.read().hex()
+        files[f["path"]] = info
+    free = {}
+    for key, path in (("site", site), ("state", sd)):
+        p = path
+        while not os.path.isdir(p) and os.path.dirname(p) != p:
+            p = os.path.dirname(p)
+        try:
+            free[key] = shutil.disk_usage(p).free
+        except OSError:
+            free[key] = None
+    sd_anc = sd
+    while not os.path.isdir(sd_anc) and os.path.dirname(sd_anc) != sd_anc:
+        sd_anc = os.path.dirname(sd_anc)
+    state_writable = os.access(sd_anc, os.W_OK | os.X_OK)
+    real_site = os.path.realpath(site)
+    real_sd = os.path.realpath(sd)
+    state_inside_site = real_sd == real_site or real_sd.startswith(real_site + os.sep)
+    recs = load_records(sd)
+    for r in recs:
+        r.pop("_dir", None)
+    return {
+        "python_version": "%d.%d.%d" % sys.version_info[:3],
+        "python_executable": sys.executable,
+        "site_packages": site,
+        "state_dir": sd,
+        "package_version": dist_version(site, req.get("package", "sglang")),
+        "files": files,
+        "free_bytes": free,
+        "state_writable": state_writable,
+        "state_inside_site": state_inside_site,
+        "lock": lock_info(sd),
+        "records": recs,
+        "hostname": socket.gethostname(),
+        "user": _user(),
+    }
+
+
+def _user():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except Exception:
+        return str(os.getuid())
+
+
+def read_payload(stdin, req):
+    """Read and verify every blob before anything is written; a short read means the client went away."""
+    blobs = {}
+    for f in req["files"]:
+        if f["action"] == "delete":
+            continue
+        n = int(f["size"])
+        chunks = []
+        got = 0
+        while got < n:
+            c = stdin.read(min(n - got, 1 << 20))
+            if not c:
+                raise Fail("RemoteError", "upload incomplete: got %d of %d bytes of %s (connection lost?)" % (
+                    got, n, f["path"]), interrupted=True)
+            chunks.append(c)
+            got += len(c)
+        data = b"".join(chunks)
+        if hashlib.sha256(data).hexdigest() != f["sha256"]:
+            raise Fail("RemoteError", "upload of %s arrived corrupted (sha256 mismatch)" % f["path"])
+        blobs[f["path"]] = data
+    return blobs
+
+
+def hook(req, name):
+    t = (req.get("test_hooks") or {}).get(name)
+    if t:
+        event("test-hook", hook=name, sleep=t)
+        time.sleep(float(t))
+
+
+def op_apply(req, stdin):
+    site = find_site(req)
+    sd = state_dir(req)
+    deploy_id = req["deploy_id"]
+    base = {"op": "push", "deploy_id": deploy_id, "who": req.get("who"), "why": req.get("why"),
+            "series_id": req.get("series_id"), "files": [f["path"] for f in req["files"]]}
+    event("receiving")
+    try:
+        blobs = read_payload(stdin, req)
+    except Fail as exc:
+        try:
+            audit(sd, dict(base, result="aborted before any write: " + exc.message))
+        except OSError:
+            pass
+        raise
+    hook(req, "after_receive")
+    acquire_lock(sd, req, "push")
+    rec = None
+    try:
+        # re-check under the lock: nothing may have changed since preflight
+        for f in req["files"]:
+            got = file_sha(safe_join(site, f["path"]))
+            if got not in f["allowed_current"]:
+                raise Fail("DriftError", "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
+        rdir = record_dir(sd, deploy_id)
+        os.makedirs(os.path.join(rdir, "backup"), mode=0o700)
+        rec = {"deploy_id": deploy_id, "op": "push", "status": "backing-up", "who": req.get("who"),
+               "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
+               "version": req.get("version"), "site_packages": site, "started": now(),
+               "files": [], "created_dirs": [], "_dir": rdir}
+        for f in req["files"]:
+            target = safe_join(site, f["path"])
+            before = file_sha(target)
+            mode = "%04o" % (os.stat(target).st_mode & 0o7777) if before else None
+            rec["files"].append({"path": f["path"], "action": f["action"], "before_sha256": before,
+                                 "before_mode": mode, "after_sha256": f.get("sha256"), "after_mode": f.get("mode")})
+        save_record(rec)
+        event("backup")
+        for f in rec["files"]:
+            if f["before_sha256"] is None:
+                continue
+            dst = os.path.join(rdir, "backup", *f["path"].split("/"))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(safe_join(site, f["path"]), dst)
+            if sha256_file(dst) != f["before_sha256"]:
+                raise Fail("RemoteError", "backup of %s does not verify" % f["path"])
+            fd = os.open(dst, os.O_RDONLY)
+            os.fsync(fd)
+            os.close(fd)
+        rec["status"] = "staging"
+        save_record(rec)
+        event("staging")
+        for f in req["files"]:
+            if f["action"] == "delete":
+                continue
+            target = safe_join(site, f["path"])
+            d = os.path.dirname(target)
+            if not os.path.isdir(d):
+                missing = []
+                p = d
+                while not os.path.isdir(p):
+                    missing.append(p)
+                    p = os.path.dirname(p)
+                for m in reversed(missing):
+                    os.mkdir(m, 0o755)
+                    rec["created_dirs"].append(os.path.relpath(m, site).replace(os.sep, "/"))
+                save_record(rec)
+            write_verified(tmp_name(target, deploy_id), blobs[f["path"]], f["sha256"], int(f["mode"], 8))
+        hook(req, "before_commit")
+        rec["status"] = "writing"
+        save_record(rec)
+        event("commit")
+        for f in req["files"]:
+            target = safe_join(site, f["path"])
+            if f["action"] == "delete":
+                os.unlink(target)
+            else:
+                os.rename(tmp_name(target, deploy_id), target)
+            fsync_dir(os.path.dirname(target))
+            drop_pycache(target)
+            hook(req, "between_renames")
+        rec["status"] = "written"
+        save_record(rec)
+        for f in req["files"]:
+            got = file_sha(safe_join(site, f["path"]))
+            if got != f.get("sha256"):
+                raise Fail("RemoteError", "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
+        checks = run_checks(site, req["smoke"]["compile"], req["smoke"]["modules"], req["smoke"]["timeout"])
+        rec["checks"] = checks
+        if not checks["ok"]:
+            raise Fail("SmokeFailedError", "%s failed on the host" % checks["failed_step"], checks=checks)
+        rec["status"] = "deployed"
+        rec["finished"] = now()
+        save_record(rec)
+        audit(sd, dict(base, result="deployed", checks={k: v for k, v in checks.items() if k != "output_tail"}))
+        out = {k: v for k, v in rec.items() if k != "_dir"}
+        return out
+    except BaseException as exc:
+        fail = exc if isinstance(exc, Fail) else Fail("RemoteError", "%s: %s" % (type(exc).__name__, exc))
+        if rec is None:
+            audit(sd, dict(base, result="refused: " + fail.message))
+            raise fail
+        changed = rec["status"] != "backing-up"
+        if changed:
+            event("restore")
+            prev = rec["status"]
+            rec["status"] = "restoring"
+            rec["failure"] = fail.message
+            try:
+                save_record(rec)
+            except OSError:
+                pass
+            problems = restore_record(rec, site)
+        else:
+            prev, problems = "backing-up", []
+        rec["failure"] = fail.message
+        rec["finished"] = now()
+        if problems:
+            rec["status"] = "needs-human"
+            rec["restore_problems"] = problems
+            kind, msg = "RollbackFailedError", "%s; restoring the host FAILED: %s" % (fail.message, "; ".join(problems))
+        else:
+            rec["status"] = "rolled-back" if prev in ("writing", "written") else "aborted"
+            kind = "RolledBackError"
+            msg = "%s; the host was restored to its previous state (verified)" % fail.message
+        try:
+            save_record(rec)
+        except OSError:
+            pass
+        try:
+            audit(sd, dict(base, result=rec["status"] + ": " + fail.message))
+        except OSError:
+            pass
+        details = dict(fail.details)
+        details["cause"] = fail.kind
+        details["record_status"] = rec["status"]
+        raise Fail(kind, msg, **details)
+    finally:
+        try:
+            release_lock(sd)
+        except OSError:
+            pass
+
+
+def op_rollback(req, stdin):
+    site = find_site(req)
+    sd = state_dir(req)
+    target_id = req.get("to")
+    acquire_lock(sd, dict(req, break_stale_lock=True), "rollback")
+    try:
+        recs = load_records(sd)
+        for r in recs:
+            r["_dir"] = record_dir(sd, r["deploy_id"])
+        live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED]
+        if target_id in (None, ""):
+            todo = live[-1:]
+        elif target_id == "pristine":
+            todo = list(reversed(live))
+        else:
+            ids = [r["deploy_id"] for r in recs]
+            if target_id not in ids:
+                raise Fail("UsageError", "no deploy %s on this host (known: %s)" % (target_id, ", ".join(ids) or "none"))
+            known = [r for r in recs if r["deploy_id"] == target_id][0]
+            if known.get("status") not in APPLIED:
+                raise Fail("UsageError", "deploy %s is %s, not deployed: cannot roll back to it" % (
+                    target_id, known.get("status")))
+            todo = list(reversed([r for r in live if r["deploy_id"] > target_id]))
+        if not todo:
+            audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
+                       "result": "nothing to roll back"})
+            return {"undone": [], "note": "nothing to roll back"}
+        undone = []
+        for r in todo:
+            event("restore", deploy_id=r["deploy_id"])
+            prev = r.get("status")
+            problems = restore_record(r, site)
+            if problems:
+                r["status"] = "needs-human"
+                r["restore_problems"] = problems
+                save_record(r)
+                audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
+                           "undo": r["deploy_id"], "result": "FAILED: " + "; ".join(problems)})
+                raise Fail("RollbackFailedError", "rolling back %s failed: %s" % (r["deploy_id"], "; ".join(problems)),
+                           undone=undone)
+            r["status"] = "undone" if prev in APPLIED else "rolled-back"
+            r["undone_by"] = req.get("deploy_id")
+            r["undone_at"] = now()
+            save_record(r)
+            undone.append({"deploy_id": r["deploy_id"], "was": prev,
+                           "files": [{"path": f["path"], "sha256": f["before_sha256"]} for f in r["files"]]})
+            audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"), "why": req.get("why"),
+                       "undo": r["deploy_id"], "series_id": r.get("series_id"),
+                       "files": [f["path"] for f in r["files"]], "result": "restored (verified)"})
+        return {"undone": undone}
+    finally:
+        release_lock(sd)
+
+
+def op_smoke(req, stdin):
+    site = find_site(req)
+    checks = run_checks(site, req["compile"], req["modules"], req["timeout"])
+    return {"checks": checks, "site_packages": site}
+
+
+def op_history(req, stdin):
+    sd = state_dir(req)
+    lines = []
+    try:
+        with open(os.path.join(sd, "audit.log"), encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                try:
+                    lines.append(json.loads(line))
+                except ValueError:
+                    lines.append({"unparsed": line.rstrip("\n")})
+    except FileNotFoundError:
+        pass
+    limit = req.get("limit")
+    if limit:
+        lines = lines[-int(limit):]
+    return {"entries": lines}
+
+
+def op_lock_release(req, stdin):
+    sd = state_dir(req)
+    holder = lock_info(sd)
+    if holder is None:
+        return {"released": False, "note": "no lock held"}
+    release_lock(sd)
+    audit(sd, {"op": "lock-release", "who": req.get("who"), "holder": holder, "result": "released"})
+    return {"released": True, "holder": holder}
+
+
+def op_lock_status(req, stdin):
+    return {"lock": lock_info(state_dir(req))}
+
+
+OPS = {"probe": op_probe, "apply": op_apply, "rollback": op_rollback, "smoke": op_smoke,
+       "history": op_history, "lock_release": op_lock_release, "lock_status": op_lock_status}
+
+
+def main():
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+    os.umask(0o022)
+    stdin = sys.stdin.buffer
+    try:
+        n = int(stdin.readline())
+        req = json.loads(stdin.read(n).decode("utf-8"))
+        fn = OPS[req["op"]]
+        result = fn(req, stdin)
+        emit("RESULT", {"ok": True, "agent_format": AGENT_FORMAT, "result": result})
+    except Fail as exc:
+        emit("RESULT", {"ok": False, "error": exc.kind, "message": exc.message, "hint": exc.hint,
+                        "details": exc.details})
+    except OSError as exc:
+        kind = "HostRefusedError" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else "RemoteError"
+        emit("RESULT", {"ok": False, "error": kind, "message": "%s: %s" % (type(exc).__name__, exc)})
+    except Exception as exc:  # a bug in the agent
+        import traceback
+
+        emit("RESULT", {"ok": False, "error": "RemoteError", "message": "agent error: %s: %s" % (type(exc).__name__, exc),
+                        "details": {"traceback": traceback.format_exc()[-3000:]}})
+
+
+if __name__ in ("__main__", "__ddtree_agent__"):
+    main()
