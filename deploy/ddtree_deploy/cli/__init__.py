@@ -7,8 +7,12 @@ from __future__ import annotations
 
 import sys
 
-import click
 import typer
+
+try:  # typer >= 0.16 vendors its own click
+    from typer._click.exceptions import ClickException  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover
+    from click import ClickException  # type: ignore[no-redef]
 
 from .. import __version__
 from ..console import err, out_json
@@ -70,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
             err.print(exc.hint, markup=False, soft_wrap=True)
         if json_mode:
             out_json({"ok": False, "exit_code": code, **exc.to_json()})
-    except click.exceptions.Exit as exc:  # typer.Exit / explicit exits
+    except typer.Exit as exc:  # typer.Exit / explicit exits
         code = exc.exit_code
-    except click.exceptions.Abort:
+    except typer.Abort:
         err.print("interrupted")
         code = EXIT_INTERRUPTED
-    except click.ClickException as exc:  # usage errors: bad flags, missing args
+    except ClickException as exc:  # usage errors: bad flags, missing args
         exc.show(file=sys.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:

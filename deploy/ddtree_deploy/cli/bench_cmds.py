@@ -1,9 +1,128 @@
-"""Placeholder: commands are registered here by the part of the project that owns them."""
+"""CLI: ``bench`` (a tree-budget sweep against SGLang servers) and ``compare`` (run vs baseline)."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+from typing import List, Optional
+
 import typer
+
+from ..console import err, out_json, out_line
+from ..errors import UsageError
+
+JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
+    if not vals:
+        raise UsageError(f"{what}: empty list")
+    return vals
+
+
+def bench(
+    host: str = typer.Argument(..., help="An inventory host (reads [hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."),
+    budgets: str = typer.Option("16,32,64,128,256,512", "--budgets", help="Comma-separated DDTree budgets B (tree nodes)."),
+    dataset: List[str] = typer.Option(
+        [], "--dataset", "-d",
+        help="Repeatable. A local .jsonl file ([NAME=]PATH) or a reference dataset in the local HF cache: gsm8k, math500, humaneval, mbpp, mt-bench, alpaca."),
+    concurrency: int = typer.Option(1, "--concurrency", "-c", help="Requests in flight (1 = the paper's batch-1 setting)."),
+    num_prompts: Optional[int] = typer.Option(16, "--num-prompts", "-n", help="Prompts per dataset (reference: 128)."),
+    max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Per request (reference: 2048)."),
+    temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (lossless: outputs must equal the baseline)."),
+    seed: int = typer.Option(0, "--seed", help="T>0 only: sampling_seed = seed + prompt_index."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: bench-out/<host>-<UTC time>)."),
+    base_url: List[str] = typer.Option(
+        [], "--base-url",
+        help="Repeatable. URL (every run; may contain {budget} {method} {kind}) or KEY=URL with KEY a method (ddtree_tb64, baseline, dflash), a budget (64) or a kind."),
+    server_command: Optional[str] = typer.Option(
+        None, "--server-command", help="Shell template that brings up a server: {budget} {port} {method} {kind} {algorithm}."),
+    server_command_baseline: Optional[str] = typer.Option(None, "--server-command-baseline", help="Template for the autoregressive server."),
+    server_command_dflash: Optional[str] = typer.Option(None, "--server-command-dflash", help="Template for the linear DFlash server."),
+    reference_runs: str = typer.Option("baseline,dflash", "--reference-runs", help="Reference runs drawn as horizontal lines ('' for none)."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer dir: render prompts with its chat template like the reference."),
+    health_timeout: float = typer.Option(900.0, "--health-timeout", help="Seconds to wait for /health per server."),
+    request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds per /generate request."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", help="Inventory file (default: $DDTREE_DEPLOY_INVENTORY or deploy/hosts.toml)."),
+    no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Sweep DDTree budgets on a host: JSONL run records, a table (stderr) and a PNG plot."""
+    from ..bench import BenchConfig, resolve_target, run_bench
+
+    target = resolve_target(host, inventory)
+    for item in base_url:
+        key, sep, url = item.partition("=")
+        if sep and not key.startswith(("http:", "https:")) and "://" in url:
+            target.urls[key] = url
+        else:
+            target.base_url = item
+    if server_command:
+        target.commands[""] = server_command
+    if server_command_baseline:
+        target.commands["baseline"] = server_command_baseline
+    if server_command_dflash:
+        target.commands["dflash"] = server_command_dflash
+    safe_host = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in target.name)[:60]
+    out_dir = out or Path("bench-out") / f"{safe_host}-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    cfg = BenchConfig(
+        budgets=_int_list(budgets, "--budgets"),
+        datasets=list(dataset),
+        out_dir=out_dir,
+        concurrency=concurrency,
+        num_prompts=num_prompts,
+        max_new_tokens=max_new_tokens,
+        temperature=temperature,
+        seed=seed,
+        reference_runs=[r for r in reference_runs.replace(" ", "").split(",") if r],
+        tokenizer=tokenizer,
+        health_timeout_s=health_timeout,
+        request_timeout_s=request_timeout,
+    )
+    summary = run_bench(target, cfg, err, progress=not no_progress)
+    err.print(f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}")
+    if json_:
+        out_json({"ok": True, **summary})
+    else:
+        out_line(summary["files"]["runs"])
+
+
+def compare(
+    baseline: Path = typer.Argument(..., help="Baseline: reference benchmark.py .pt, our .jsonl, or a directory of them."),
+    run: Path = typer.Argument(..., help="Run to check: .jsonl (ddtree-deploy bench), .pt, or a directory."),
+    min_exact_match: Optional[float] = typer.Option(
+        1.0, "--min-exact-match", help="Fail below this exact-match rate per dataset/method (T=0 is lossless: 1.0). Negative: off."),
+    max_tpot_ratio: Optional[float] = typer.Option(None, "--max-tpot-ratio", help="Fail if mean run TPOT / mean baseline TPOT exceeds this."),
+    min_tau_ratio: Optional[float] = typer.Option(None, "--min-tau-ratio", help="Fail if run tau / baseline tau is below this."),
+    prefix_ok: bool = typer.Option(False, "--prefix-ok", help="Count an output that is a prefix of the other (different max_new_tokens) as a match."),
+    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer dir/file to decode the text around divergences."),
+    json_: bool = JsonOpt,
+) -> None:
+    """Exact-match, first divergence, tau and TPOT of RUN vs BASELINE; exit 11 if thresholds fail."""
+    from ..compare import Thresholds, check, compare_records, local_decoder, render
+    from ..records import load_records
+
+    if min_exact_match is not None and min_exact_match < 0:
+        min_exact_match = None
+    decode = local_decoder(tokenizer) if tokenizer else None
+    base_recs = load_records(baseline)
+    run_recs = load_records(run)
+    report = compare_records(
+        base_recs, run_recs, decode=decode,
+        thresholds=Thresholds(min_exact_match=min_exact_match, max_tpot_ratio=max_tpot_ratio, min_tau_ratio=min_tau_ratio, prefix_ok=prefix_ok),
+    )
+    report["baseline"] = str(baseline)
+    report["run"] = str(run)
+    render(report, err)
+    if json_ and report["ok"]:
+        out_json(report)
+    check(report)  # raises CompareFailedError (exit 11); the CLI prints the report as JSON with --json
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("bench")(bench)
+    app.command("compare")(compare)

@@ -687,6 +687,10 @@ def op_rollback(req, stdin):
                 raise Fail("UsageError", "deploy %s is %s, not deployed: cannot roll back to it" % (
                     target_id, known.get("status")))
             todo = list(reversed([r for r in live if r["deploy_id"] > target_id]))
+        expect = req.get("expect_latest")
+        if expect and (not todo or todo[0]["deploy_id"] != expect):
+            raise Fail("UsageError", "the latest deploy on the host is %s, not %s: not rolling back" % (
+                todo[0]["deploy_id"] if todo else "none", expect))
         if not todo:
             audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
                        "result": "nothing to roll back"})

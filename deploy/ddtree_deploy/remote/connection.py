@@ -1,0 +1,298 @@
+"""SSH connections (Fabric 3 over paramiko) with host-key checking ON.
+
+Fabric's ``Connection`` installs paramiko's ``AutoAddPolicy`` (it trusts any host key). We replace
+it: the host's ``known_hosts`` file is loaded read-only, an unknown key is refused (``HostKeyError``)
+unless ``--accept-new-host-key`` was given (then it is appended to that file, like OpenSSH's
+``StrictHostKeyChecking=accept-new``), and a changed key is always refused.
+
+``run_agent`` runs the host-side agent (``agent.py``) through one SSH exec channel: the agent's
+source, the JSON request and the payload go over stdin, so no remote path is ever put on a shell
+command line except the interpreter's, which is ``shlex.quote``d.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import hashlib
+import json
+import os
+import shlex
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import paramiko
+from fabric import Config, Connection
+
+from ..errors import (
+    DDTreeDeployError,
+    DriftError,
+    HostKeyError,
+    HostRefusedError,
+    LockHeldError,
+    RemoteError,
+    RollbackFailedError,
+    RolledBackError,
+    SmokeFailedError,
+    UsageError,
+)
+from .inventory import HostConfig
+
+_AGENT_SRC = (Path(__file__).with_name("agent.py")).read_bytes()
+BOOTSTRAP = (
+    "import sys;b=sys.stdin.buffer;n=int(b.readline());"
+    "exec(compile(b.read(n),'ddtree-deploy-agent','exec'),{'__name__':'__ddtree_agent__'})"
+)
+_known_hosts_lock = threading.Lock()
+
+
+class Interrupted(DDTreeDeployError):
+    """The user pressed Ctrl-C (the CLI maps it to 130)."""
+
+    exit_code = 130
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+
+
+def _host_id(hostname: str, port: int) -> str:
+    return hostname if port == 22 else f"[{hostname}]:{port}"
+
+
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+    """Reject unknown keys; with ``accept_new`` record a first-seen key in ``known_hosts``."""
+
+    def __init__(self, host: HostConfig, accept_new: bool):
+        self.host = host
+        self.accept_new = accept_new
+        self.offered: tuple[str, paramiko.PKey] | None = None
+        self.accepted = False
+
+    def missing_host_key(self, client, hostname, key):  # noqa: D401 (paramiko API)
+        self.offered = (hostname, key)
+        if not self.accept_new:
+            raise paramiko.SSHException(f"unknown host key for {hostname}")
+        path = self.host.known_hosts_path
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        with _known_hosts_lock:
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.write(fd, line.encode())
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        self.accepted = True
+
+
+class HostConnection:
+    """One host: a Fabric ``Connection`` with strict host keys, plus the agent runner."""
+
+    def __init__(self, host: HostConfig, *, accept_new_host_key: bool = False, connect_timeout: float = 15.0):
+        self.host = host
+        self.accept_new_host_key = accept_new_host_key
+        self.connect_timeout = connect_timeout
+        self.conn: Connection | None = None
+        self.bytes_sent = 0
+        self.new_host_key: str | None = None
+
+    # -- connect -------------------------------------------------------------------------------
+    def open(self) -> "HostConnection":
+        h = self.host
+        connect_kwargs: dict[str, Any] = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
+        if h.identity_path:
+            if not h.identity_path.exists():
+                raise UsageError(f"{h.name}: identity_file {h.identity_path} does not exist")
+            connect_kwargs.update(key_filename=[str(h.identity_path)], look_for_keys=False, allow_agent=False)
+        try:
+            conn = Connection(h.target, config=Config(), connect_timeout=int(self.connect_timeout),
+                              connect_kwargs=connect_kwargs)
+        except ValueError as exc:
+            raise UsageError(f"{h.name}: bad target {h.target!r}: {exc}") from None
+        client = conn.client
+        kh = h.known_hosts_path
+        if kh.exists():
+            try:
+                client.load_system_host_keys(str(kh))  # read-only: paramiko never writes these back
+            except (OSError, paramiko.SSHException) as exc:
+                raise HostKeyError(f"{h.name}: cannot read known_hosts {kh}: {exc}") from None
+        policy = _HostKeyPolicy(h, self.accept_new_host_key)
+        client.set_missing_host_key_policy(policy)
+        hid = _host_id(conn.host, conn.port)
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as exc:
+            raise HostKeyError(
+                f"{h.name}: the host key of {hid} has CHANGED (got {fingerprint(exc.key)}, known_hosts "
+                f"{kh} has {fingerprint(exc.expected_key)}); refusing to connect (possible man-in-the-middle)",
+                hint=f"if the change is expected, verify the new key out of band, then: ssh-keygen -R '{hid}' -f {shlex.quote(str(kh))}",
+                details={"host": h.name, "offered_fingerprint": fingerprint(exc.key)},
+            ) from None
+        except paramiko.SSHException as exc:
+            if policy.offered is not None and not policy.accepted:
+                fp = fingerprint(policy.offered[1])
+                raise HostKeyError(
+                    f"{h.name}: unknown host key for {hid} ({policy.offered[1].get_name()} {fp}); not in {kh}",
+                    hint=f"verify that fingerprint out of band, then rerun with --accept-new-host-key",
+                    details={"host": h.name, "offered_fingerprint": fp},
+                ) from None
+            if isinstance(exc, paramiko.AuthenticationException):
+                raise HostRefusedError(f"{h.name}: SSH authentication to {hid} failed: {exc}",
+                                       hint="check identity_file in the inventory") from None
+            raise HostRefusedError(f"{h.name}: SSH to {hid} failed: {exc}") from None
+        except (OSError, socket.timeout, EOFError) as exc:
+            raise HostRefusedError(f"{h.name}: cannot connect to {hid}: {exc}",
+                                   hint="is the host up and the target right?") from None
+        if policy.accepted:
+            self.new_host_key = fingerprint(policy.offered[1])  # type: ignore[index]
+        self.conn = conn
+        return self
+
+    def close(self) -> None:
+        if self.conn is not None:
+            try:
+                self.conn.close()
+            except Exception:
+                pass
+            self.conn = None
+
+    def __enter__(self) -> "HostConnection":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the agent -----------------------------------------------------------------------------
+    def run_agent(
+        self,
+        request: dict[str, Any],
+        payload: list[bytes] | None = None,
+        *,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
+        on_sent: Callable[[int], None] | None = None,
+        cancel: threading.Event | None = None,
+        timeout: float = 900.0,
+        throttle: float = 0.0,
+    ) -> dict[str, Any]:
+        """Run one agent operation; return its result dict or raise the mapped error."""
+        assert self.conn is not None and self.conn.transport is not None
+        h = self.host
+        try:
+            chan = self.conn.transport.open_session(timeout=self.connect_timeout)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise RemoteError(f"{h.name}: cannot open an SSH channel: {exc}") from None
+        cmd = f"{shlex.quote(h.python)} -c {shlex.quote(BOOTSTRAP)}"
+        req = json.dumps(request).encode()
+        head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC + b"%d\n" % len(req) + req
+        deadline = time.monotonic() + timeout
+        out = bytearray()
+        errb = bytearray()
+        result: dict[str, Any] | None = None
+
+        def pump() -> None:
+            nonlocal result
+            while chan.recv_ready():
+                out.extend(chan.recv(65536))
+            while chan.recv_stderr_ready():
+                errb.extend(chan.recv_stderr(65536))
+                del errb[:-20000]
+            while b"\n" in out:
+                line, _, rest = bytes(out).partition(b"\n")
+                out[:] = rest
+                if line.startswith(b"DDTREE-EVENT ") and on_event:
+                    try:
+                        on_event(json.loads(line[13:]))
+                    except ValueError:
+                        pass
+                elif line.startswith(b"DDTREE-RESULT "):
+                    result = json.loads(line[14:])
+
+        def check_cancel() -> None:
+            if cancel is not None and cancel.is_set():
+                chan.close()
+                raise Interrupted(f"{h.name}: interrupted")
+            if time.monotonic() > deadline:
+                chan.close()
+                raise RemoteError(f"{h.name}: the host did not answer within {timeout:.0f}s")
+
+        try:
+            chan.exec_command(cmd)
+            chunks = [head] + list(payload or [])
+            for blob in chunks:
+                view = memoryview(blob)
+                step = 16384 if throttle else 1 << 18
+                while view:
+                    check_cancel()
+                    n = chan.send(view[:step])
+                    if n <= 0:
+                        raise RemoteError(f"{h.name}: connection closed while uploading")
+                    view = view[n:]
+                    self.bytes_sent += n
+                    if on_sent and blob is not head:
+                        on_sent(n)
+                    pump()
+                    if throttle:
+                        time.sleep(throttle)
+            chan.shutdown_write()
+            while True:
+                check_cancel()
+                pump()
+                if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                    break
+                if chan.closed and not chan.recv_ready():
+                    break
+                time.sleep(0.002)
+            pump()
+            status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise RemoteError(f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}) from None
+        finally:
+            chan.close()
+        if result is None:
+            tail = errb.decode("utf-8", "replace").strip()[-2000:]
+            if self.conn.transport is None or not self.conn.transport.is_active():
+                raise RemoteError(f"{h.name}: connection lost before the host answered",
+                                  details={"host": h.name, "connection_lost": True})
+            raise RemoteError(
+                f"{h.name}: the agent gave no result (exit {status}); is {h.python!r} a Python >= 3.8 on the host?"
+                + (f"\n{tail}" if tail else ""),
+                details={"host": h.name},
+            )
+        if result.get("ok"):
+            return result["result"]
+        raise agent_error(h.name, result)
+
+
+_KINDS: dict[str, type[DDTreeDeployError]] = {
+    "HostRefusedError": HostRefusedError,
+    "DriftError": DriftError,
+    "LockHeldError": LockHeldError,
+    "RolledBackError": RolledBackError,
+    "RollbackFailedError": RollbackFailedError,
+    "SmokeFailedError": SmokeFailedError,
+    "UsageError": UsageError,
+    "RemoteError": RemoteError,
+}
+
+
+def agent_error(host: str, result: dict[str, Any]) -> DDTreeDeployError:
+    cls = _KINDS.get(result.get("error", ""), RemoteError)
+    details = dict(result.get("details") or {})
+    details["host"] = host
+    hint = result.get("hint")
+    if cls is LockHeldError and not hint:
+        holder = details.get("holder") or {}
+        if holder.get("alive") is False:
+            hint = f"the holder is gone (an interrupted deploy): ddtree-deploy status {host}, then ddtree-deploy rollback {host}"
+        else:
+            hint = f"wait for it, or if you are sure it is dead: ddtree-deploy lock release {host}"
+    if cls is RollbackFailedError and not hint:
+        hint = f"the host needs a human: ddtree-deploy status {host}"
+    return cls(f"{host}: {result.get('message')}", hint=hint, details=details)

@@ -1,0 +1,273 @@
+"""Throwaway OpenSSH servers on loopback, for the tests, the demo and the benchmark.
+
+``FakeHost.create(root, index)`` makes a directory standing in for one GPU host: generated ed25519
+host and client keys, an ``sshd`` on ``127.0.0.<index+2>`` on a free port, a Python venv whose
+site-packages will hold SGLang, a ``known_hosts`` file (empty until you call ``trust()``) and an
+inventory table for it. ``stop()`` ends the sshd (and its session processes) by pid. Every wait is
+bounded. Needs ``/usr/sbin/sshd`` (Debian/Ubuntu: ``apt-get install openssh-server``); as root it
+creates ``/run/sshd`` (the privilege-separation directory) when missing.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+SSHD = os.environ.get("DDTREE_DEPLOY_SSHD", "/usr/sbin/sshd")
+
+
+def sshd_available() -> str | None:
+    """None if a throwaway sshd can run here, else the reason it cannot."""
+    if not Path(SSHD).exists():
+        return f"{SSHD} not found (apt-get install openssh-server)"
+    if not shutil.which("ssh-keygen"):
+        return "ssh-keygen not found (apt-get install openssh-client)"
+    if not Path("/run/sshd").is_dir():
+        if os.geteuid() != 0:
+            return "/run/sshd is missing and we are not root"
+    return None
+
+
+def free_port(addr: str) -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((addr, 0))
+        return s.getsockname()[1]
+
+
+def _keygen(path: Path, comment: str) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+                   check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+
+
+def wait_banner(addr: str, port: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    last: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection((addr, port), timeout=1.0) as s:
+                s.settimeout(1.0)
+                if s.recv(64).startswith(b"SSH-2.0"):
+                    return
+        except OSError as exc:
+            last = exc
+        time.sleep(0.02)
+    raise RuntimeError(f"sshd on {addr}:{port} did not answer within {timeout}s ({last})")
+
+
+def _children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                out += [int(c) for c in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    todo, seen = [pid], []
+    while todo and len(seen) < 10000:
+        p = todo.pop()
+        for c in _children(p):
+            if c not in seen:
+                seen.append(c)
+                todo.append(c)
+    return seen
+
+
+def make_venv(venv: Path, extra_site: list[str] | None = None, base_python: str | None = None) -> Path:
+    """A venv (no pip) whose site-packages is ours; ``extra_site`` dirs are appended through a .pth."""
+    base = base_python or getattr(sys, "_base_executable", None) or sys.executable
+    subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, stdin=subprocess.DEVNULL)
+    site = site_packages_of(venv)
+    if extra_site:
+        (site / "zz-ddtree-host-deps.pth").write_text("".join(p + "\n" for p in extra_site))
+    return site
+
+
+def site_packages_of(venv: Path) -> Path:
+    libs = sorted((venv / "lib").glob("python3*/site-packages"))
+    if not libs:
+        raise RuntimeError(f"no site-packages in {venv}")
+    return libs[0]
+
+
+def unpack_wheel(wheel: Path, dest: Path, members: list[str] | None = None) -> None:
+    """Unpack a wheel's package files (and its dist-info) into ``dest``, like pip --no-deps --target."""
+    with zipfile.ZipFile(wheel) as z:
+        names = z.namelist()
+        if members is not None:
+            want = set(members)
+            names = [n for n in names if n in want or ".dist-info/" in n]
+        for n in names:
+            if n.endswith("/") or ".data/" in n.split("/", 1)[0]:
+                continue
+            target = dest / n
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with z.open(n) as src, open(target, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.chmod(target, 0o644)
+
+
+@dataclass
+class FakeHost:
+    name: str
+    root: Path
+    addr: str
+    port: int = 0
+    proc: subprocess.Popen | None = None
+    venv: Path | None = None
+    site: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def keys(self) -> Path:
+        return self.root / "keys"
+
+    @property
+    def host_key(self) -> Path:
+        return self.keys / "host_ed25519"
+
+    @property
+    def client_key(self) -> Path:
+        return self.keys / "client_ed25519"
+
+    @property
+    def known_hosts(self) -> Path:
+        return self.root / "known_hosts"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def python(self) -> Path:
+        assert self.venv is not None
+        return self.venv / "bin" / "python"
+
+    @classmethod
+    def create(cls, root: Path, index: int, name: str | None = None, *, extra_site: list[str] | None = None,
+               venv_name: str = "venv") -> "FakeHost":
+        """Keys + venv; call ``start()`` to run its sshd. ``index`` picks ``127.0.0.<index+2>``."""
+        root = Path(root)
+        (root / "keys").mkdir(parents=True, exist_ok=True)
+        h = cls(name=name or f"fake{index}", root=root, addr=f"127.0.0.{2 + index}")
+        _keygen(h.host_key, f"{h.name}-host")
+        _keygen(h.client_key, f"{h.name}-client")
+        (h.keys / "authorized_keys").write_bytes(h.client_key.with_suffix(".pub").read_bytes())
+        h.venv = root / venv_name
+        h.site = make_venv(h.venv, extra_site)
+        h.known_hosts.touch()
+        return h
+
+    def regenerate_host_key(self) -> None:
+        for p in (self.host_key, self.host_key.with_suffix(".pub")):
+            p.unlink(missing_ok=True)
+        _keygen(self.host_key, f"{self.name}-host-new")
+
+    def trust(self) -> None:
+        """Record this host's current key in its known_hosts (what an operator does once, out of band)."""
+        pub = self.host_key.with_suffix(".pub").read_text().split()
+        self.known_hosts.write_text(f"[{self.addr}]:{self.port} {pub[0]} {pub[1]}\n")
+
+    def start(self, port: int | None = None) -> "FakeHost":
+        if Path("/run/sshd").is_dir() is False:
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
+        self.port = port or free_port(self.addr)
+        log = self.root / "sshd.log"
+        cmd = [
+            SSHD, "-D", "-e", "-f", "/dev/null",
+            "-o", f"Port={self.port}", "-o", f"ListenAddress={self.addr}",
+            "-o", f"HostKey={self.host_key}",
+            "-o", f"AuthorizedKeysFile={self.keys / 'authorized_keys'}",
+            "-o", f"PidFile={self.root / 'sshd.pid'}",
+            "-o", "StrictModes=no", "-o", "UsePAM=no", "-o", "PasswordAuthentication=no",
+            "-o", "KbdInteractiveAuthentication=no", "-o", "PermitRootLogin=prohibit-password",
+            "-o", "MaxStartups=100", "-o", "MaxSessions=50", "-o", "UseDNS=no",
+            "-o", "Subsystem=sftp internal-sftp", "-o", "LogLevel=ERROR",
+        ]
+        with open(log, "ab") as fh:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
+        try:
+            wait_banner(self.addr, self.port)
+        except RuntimeError:
+            self.stop()
+            raise RuntimeError(f"sshd for {self.name} did not start: {log.read_text(errors='replace')[-2000:]}")
+        return self
+
+    def kill_sessions(self) -> None:
+        """Cut every open SSH connection of this host (session sshd processes), keeping the listener."""
+        if self.proc is None:
+            return
+        for pid in _children(self.proc.pid):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def stop(self, kill_descendants: bool = True) -> None:
+        """Stop the sshd by pid; with ``kill_descendants`` also its sessions and what they run."""
+        if self.proc is None:
+            return
+        victims = descendants(self.proc.pid) if kill_descendants else []
+        try:
+            self.proc.send_signal(signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        for pid in victims:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=5)
+        self.proc = None
+
+    def inventory_table(self, **overrides: Any) -> dict[str, Any]:
+        t: dict[str, Any] = {
+            "target": f"root@{self.addr}:{self.port}",
+            "identity_file": str(self.client_key),
+            "known_hosts": str(self.known_hosts),
+            "python": str(self.python),
+            "state_dir": str(self.state_dir),
+        }
+        t.update(overrides)
+        return t
+
+
+def toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    raise TypeError(type(v))
+
+
+def write_inventory(path: Path, tables: dict[str, dict[str, Any]]) -> Path:
+    lines = ["# generated by ddtree_deploy.remote.testing_sshd\n"]
+    for name, t in tables.items():
+        lines.append(f"\n[hosts.{name}]\n")
+        for k, v in t.items():
+            if v is not None:
+                lines.append(f"{k} = {toml_value(v)}\n")
+    path.write_text("".join(lines))
+    return path

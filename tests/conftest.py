@@ -1,0 +1,71 @@
+"""Fixtures shared by every test directory.
+
+The pinned snapshot is the REAL sglang 0.5.23 wheel from PyPI, fetched and verified by
+``ddtree-deploy snapshot fetch`` (``make test`` runs it first; the cache lives outside the repo).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture(scope="session")
+def snapshot_root() -> Path:
+    """The cached, verified pinned snapshot (dir containing ``sglang/``)."""
+    from ddtree_deploy import snapshot
+
+    return snapshot.ensure_snapshot()
+
+
+@pytest.fixture
+def make_series(tmp_path):
+    """Write a series dir from ``{name: patch_bytes_or_str}`` (in order); returns its path."""
+
+    def make(patches: dict[str, bytes | str], name: str = "sglang-0.5.23") -> Path:
+        d = tmp_path / "series" / name
+        d.mkdir(parents=True, exist_ok=True)
+        for n, data in patches.items():
+            (d / n).write_bytes(data.encode() if isinstance(data, str) else data)
+        (d / "series").write_text("# test series\n" + "".join(n + "\n" for n in patches))
+        return d
+
+    return make
+
+
+def git_diff(old: bytes | None, new: bytes | None, rel: str, tmp: Path) -> bytes:
+    """A real ``git diff --no-index`` of two versions of ``rel`` with a/ b/ package-relative paths."""
+    a = tmp / "a" / rel
+    b = tmp / "b" / rel
+    for p, data in ((a, old), (b, new)):
+        if p.exists():
+            p.unlink()
+        if data is not None:
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+    left = str(a.relative_to(tmp)) if old is not None else "/dev/null"
+    right = str(b.relative_to(tmp)) if new is not None else "/dev/null"
+    proc = subprocess.run(
+        ["git", "-c", "core.autocrlf=false", "diff", "--no-index", "--no-color", "--no-ext-diff", "--full-index",
+         "--src-prefix=", "--dst-prefix=", left, right],
+        cwd=tmp, capture_output=True)
+    assert proc.returncode in (0, 1), proc.stderr
+    # git used "a/<rel>" and "b/<rel>" as the real paths: they already carry the a/ b/ prefixes.
+    return proc.stdout
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """Run the real console entry point in a subprocess (stdout and stderr kept apart)."""
+    return subprocess.run([sys.executable, "-m", "ddtree_deploy", *args], capture_output=True, text=True,
+                          env=env, cwd=cwd or REPO)

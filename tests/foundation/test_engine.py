@@ -1,0 +1,223 @@
+"""The strict engine: exact apply, byte-exact results, and precise refusals.
+
+Diffs come from the real ``git diff --no-index`` (see ``conftest.git_diff``), never from our
+own generator, so the parser and applier are checked against what users' tools produce.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from conftest import git_diff
+from ddtree_deploy.engine import apply_series, compile_check
+from ddtree_deploy.errors import CompileError, PatchApplyError, PatchParseError, PatchRefusedError
+from ddtree_deploy.series import load_series, parse_patch_bytes, split_lines
+
+REL = "sglang/srt/x.py"
+
+# Lines: short words so edits collide often; endings LF or CRLF; the last may lack one.
+_word = st.text(alphabet="abcxyz =()#:", min_size=0, max_size=6)
+_ending = st.sampled_from([b"\n", b"\r\n"])
+
+
+@st.composite
+def files(draw, min_lines=0):
+    n = draw(st.integers(min_lines, 25))
+    lines = [draw(_word).encode() + draw(_ending) for _ in range(n)]
+    if lines and draw(st.booleans()):
+        lines[-1] = lines[-1].rstrip(b"\r\n")  # no newline at end of file
+    return b"".join(lines)
+
+
+@st.composite
+def edits(draw, base: bytes):
+    lines = split_lines(base)
+    out = list(lines)
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["ins", "del", "rep", "eol"]))
+        i = draw(st.integers(0, max(len(out) - 1, 0)))
+        if op == "ins" or not out:
+            out.insert(i, draw(_word).encode() + draw(_ending))
+        elif op == "del":
+            del out[i]
+        elif op == "rep":
+            out[i] = draw(_word).encode() + draw(_ending)
+        else:  # toggle the final newline
+            last = out[-1]
+            out[-1] = last.rstrip(b"\r\n") if last.endswith(b"\n") else last + b"\n"
+    # Only the last line may lack an ending.
+    fixed = [ln if ln.endswith(b"\n") else ln + b"\n" for ln in out[:-1]] + out[-1:]
+    return b"".join(fixed)
+
+
+def _apply_one(base: bytes | None, patch: bytes) -> bytes | None:
+    p = parse_patch_bytes(patch, name="t.patch")
+
+    class S:  # a one-patch series
+        patches = [p]
+
+    res = apply_series(S, lambda rel: base)  # type: ignore[arg-type]
+    return res.files[REL].result
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_random_edits_roundtrip_byte_exact(data):
+    """Random file, random edits -> git diff -> our apply == the edited file, byte for byte."""
+    base = data.draw(files())
+    new = data.draw(edits(base))
+    assume(new != base)
+    with tempfile.TemporaryDirectory() as tmp:
+        patch = git_diff(base, new, REL, Path(tmp))
+    assert _apply_one(base, patch) == new
+
+
+@settings(max_examples=40, deadline=None)
+@given(new=files(min_lines=1))
+def test_created_and_deleted_files(new):
+    with tempfile.TemporaryDirectory() as tmp:
+        create = git_diff(None, new, REL, Path(tmp))
+        delete = git_diff(new, None, REL, Path(tmp))
+    assert _apply_one(None, create) == new
+    assert _apply_one(new, delete) is None
+    with pytest.raises(PatchApplyError, match="already exists"):
+        _apply_one(b"x\n", create)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_one_character_drift_is_refused_at_the_right_place(data):
+    """Change one character of one context/removed line in the base: refused, naming file/hunk/line."""
+    base = data.draw(files(min_lines=3))
+    new = data.draw(edits(base))
+    assume(new != base)
+    with tempfile.TemporaryDirectory() as tmp:
+        patch = git_diff(base, new, REL, Path(tmp))
+    parsed = parse_patch_bytes(patch, name="t.patch")
+    hunks = parsed.files[0].hunks
+    # Every (hunk, base line number) that the patch checks.
+    checked = []
+    for h in hunks:
+        n = h.old_start
+        for ln in h.lines:
+            if ln.op != "+":
+                checked.append((h.index, n, ln.text))
+                n += 1
+    assume(checked)
+    hunk_no, line_no, text = data.draw(st.sampled_from(checked))
+    body = text.rstrip(b"\r\n")
+    ending = text[len(body):]
+    col = data.draw(st.integers(0, len(body)))  # == len(body): insert a character at the end
+    ch = data.draw(st.sampled_from([b"Q", b"-", b" "]))
+    drifted_line = body[:col] + ch + body[col + 1:] + ending if col < len(body) else body + ch + ending
+    assume(drifted_line != text)
+    lines = split_lines(base)
+    lines[line_no - 1] = drifted_line
+    drifted = b"".join(lines)
+    with pytest.raises(PatchApplyError) as ei:
+        _apply_one(drifted, patch)
+    e = ei.value
+    assert (e.patch, e.file, e.hunk, e.line) == ("t.patch", REL, hunk_no, line_no)
+    assert e.expected == text.decode()
+    assert e.actual == drifted_line.decode()
+    assert "ddtree-deploy patches" in (e.hint or "")
+
+
+def test_offset_is_drift_even_when_context_matches_elsewhere():
+    """A hunk whose text exists two lines lower is refused (zero offset), not applied there."""
+    base = b"a\nb\nc\nd\ne\nf\ng\nh\n"
+    patch = git_diff(base, base.replace(b"e\n", b"E\n"), REL, Path(tempfile.mkdtemp()))
+    shifted = b"0\n0\n" + base
+    with pytest.raises(PatchApplyError) as ei:
+        _apply_one(shifted, patch)
+    assert ei.value.hunk == 1 and ei.value.line == 2
+
+
+def test_crlf_vs_lf_is_named():
+    base = b"a\r\nb\r\nc\r\n"
+    patch = git_diff(base, b"a\r\nB\r\nc\r\n", REL, Path(tempfile.mkdtemp()))
+    assert _apply_one(base, patch) == b"a\r\nB\r\nc\r\n"
+    with pytest.raises(PatchApplyError, match="line endings differ"):
+        _apply_one(base.replace(b"\r\n", b"\n"), patch)
+
+
+def test_missing_final_newline_is_exact():
+    patch = git_diff(b"a\nb", b"a\nc", REL, Path(tempfile.mkdtemp()))
+    assert b"\\ No newline at end of file" in patch
+    assert _apply_one(b"a\nb", patch) == b"a\nc"
+    with pytest.raises(PatchApplyError):
+        _apply_one(b"a\nb\n", patch)  # the base has the newline the patch says is missing
+
+
+# --- refusals -------------------------------------------------------------------------------
+
+def _diff_for(path_a: str, path_b: str) -> bytes:
+    return (f"--- {path_a}\n+++ {path_b}\n@@ -1 +1 @@\n-a\n+b\n").encode()
+
+
+@pytest.mark.parametrize(
+    "a,b,match",
+    [
+        ("a//etc/passwd", "b//etc/passwd", "absolute path"),
+        ("/etc/passwd", "/etc/passwd", "must start with"),
+        ("a/sglang/../../x.py", "b/sglang/../../x.py", r"'\.\.'"),
+        ("a/torch/x.py", "b/torch/x.py", "outside the sglang/ package"),
+        ("a/sglang", "b/sglang", "outside the sglang/ package"),
+        ("a/sglang/./x.py", "b/sglang/./x.py", "not a normalized path"),
+        ("a/sglang/x.py", "b/sglang/y.py", "renames are refused"),
+        ("sglang/x.py", "sglang/x.py", "must start with"),
+    ],
+)
+def test_unsafe_paths_are_refused(a, b, match):
+    with pytest.raises(PatchRefusedError, match=match):
+        parse_patch_bytes(_diff_for(a, b), name="bad.patch")
+
+
+def test_binary_patches_are_refused():
+    git_binary = (b"diff --git a/sglang/x.bin b/sglang/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
+                  b"GIT binary patch\nliteral 3\nKcmZ?wYXATM00001\n\nliteral 0\nHcmV?d00001\n")
+    with pytest.raises(PatchRefusedError, match="binary"):
+        parse_patch_bytes(git_binary, name="bin.patch")
+    plain = b"diff --git a/sglang/x.bin b/sglang/x.bin\nBinary files a/sglang/x.bin and b/sglang/x.bin differ\n"
+    with pytest.raises(PatchRefusedError, match="binary"):
+        parse_patch_bytes(plain, name="bin.patch")
+
+
+def test_symlinks_and_renames_in_git_headers_are_refused():
+    link = (b"diff --git a/sglang/l b/sglang/l\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
+            b"+++ b/sglang/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n")
+    with pytest.raises(PatchRefusedError, match="symlinks"):
+        parse_patch_bytes(link, name="l.patch")
+    ren = (b"diff --git a/sglang/a.py b/sglang/b.py\nsimilarity index 100%\nrename from sglang/a.py\n"
+           b"rename to sglang/b.py\n")
+    with pytest.raises(PatchRefusedError, match="renam"):
+        parse_patch_bytes(ren, name="r.patch")
+
+
+def test_malformed_hunk_is_a_parse_error():
+    bad = b"--- a/sglang/x.py\n+++ b/sglang/x.py\n@@ -1,3 +1,3 @@\n a\n-b\n"
+    with pytest.raises(PatchParseError, match="x.py|unified diff"):
+        parse_patch_bytes(bad, name="m.patch")
+
+
+def test_series_order_and_compile_error_names_the_culprit(make_series, tmp_path):
+    base = b"def f():\n    return 1\n"
+    v1 = b"def f():\n    return 2\n"
+    v2 = b"def f():\n    return (2\n"  # syntax error
+    v3 = b"def f():\n    return (2\n# more\n"
+    p1 = git_diff(base, v1, REL, tmp_path / "d1")
+    p2 = git_diff(v1, v2, REL, tmp_path / "d2")
+    p3 = git_diff(v2, v3, REL, tmp_path / "d3")
+    d = make_series({"0001-a.patch": p1, "0002-b.patch": p2, "0003-c.patch": p3})
+    res = apply_series(load_series(d), lambda rel: base)
+    assert res.files[REL].result == v3
+    assert res.files[REL].patches == ["0001-a.patch", "0002-b.patch", "0003-c.patch"]
+    with pytest.raises(CompileError) as ei:
+        compile_check(res)
+    assert ei.value.details["patch"] == "0002-b.patch"
+    assert "0002-b.patch" in ei.value.message and REL in ei.value.message
