@@ -1,0 +1,175 @@
+"""GPU correctness suite for the DDTree core, run on a lent H200 (or any CUDA machine).
+
+Needs only torch and Triton. ``--src DIR`` is a directory holding a bare ``sglang/`` tree with our
+``srt/speculative/ddtree_utils.py`` and ``ddtree_probe.py`` (as the series builds them) and the
+pinned, unmodified ``kernels/ops/speculative/spec_tree.py``; ``tools/make_gpu_bundle.py`` makes it.
+
+Checks, each printed as one line and collected into ``--json``:
+1. builder on CUDA == the heap oracle (node sets and order) on random inputs, ties included;
+2. the probe (``python -m sglang.srt.speculative.ddtree_probe --device cuda``) exits 0;
+3. SGLang's own compiled Triton greedy verify kernel accepts the same paths as ``ddtree_accept``;
+4. no host sync inside build + accept (``torch.cuda.set_sync_debug_mode("error")``);
+5. build + accept can be captured in a CUDA graph and replayed with identical results.
+Exits non-zero if any check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--src", required=True, type=Path)
+    ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    sys.path.insert(0, str(args.src))
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import torch
+
+    from sglang.srt.speculative import ddtree_utils as du  # bare namespace package: no SGLang init
+    from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify
+
+    dev = torch.device("cuda")
+    g = torch.Generator(device="cpu").manual_seed(args.seed)
+    results: dict[str, object] = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
+    failures: list[str] = []
+
+    def report(name: str, ok: bool, detail: str) -> None:
+        results[name] = {"ok": ok, "detail": detail}
+        print(f"{'PASS' if ok else 'FAIL'} {name}: {detail}", flush=True)
+        if not ok:
+            failures.append(name)
+
+    def inputs(bs, D, K, V=1000, ties=False):
+        logits = torch.randn(bs, D, V, generator=g) * 2.5
+        if ties:
+            logits = (logits * 2).round() / 2
+        ids, lps = du.topk_logprobs_from_logits(logits.to(dev), K)
+        if ties:
+            lps = (lps * 4).round() / 4  # force many equal scores
+        root = torch.randint(0, V, (bs,), generator=g).to(dev)
+        start = torch.randint(0, 500, (bs,), generator=g).to(dev)
+        return ids, lps, root, start
+
+    # 1. builder vs heap oracle on CUDA
+    t0 = time.time()
+    n_cases, bad = 0, []
+    fields = ("draft_tokens", "parents", "depths", "positions", "tree_mask", "retrive_index",
+              "retrive_next_token", "retrive_next_sibling", "ranks")
+    for bs, D, K, B in [(1, 15, 8, 256), (8, 15, 8, 64), (4, 15, 16, 512), (3, 5, 3, 300), (2, 15, 1, 20),
+                        (5, 15, 4, 1), (16, 15, 8, 128), (2, 1, 8, 8)]:
+        for ties in (False, True):
+            ids, lps, root, start = inputs(bs, D, K, ties=ties)
+            fast = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
+            ref = du.build_ddtree_tree_heap(ids.cpu(), lps.cpu(), root.cpu(), start.cpu(), B)
+            for f in fields:
+                if not torch.equal(getattr(fast, f).cpu(), getattr(ref, f).cpu()):
+                    bad.append(f"bs={bs} D={D} K={K} B={B} ties={ties}: {f}")
+            if not torch.allclose(fast.node_logprobs.cpu(), ref.node_logprobs.cpu()):
+                bad.append(f"bs={bs} D={D} K={K} B={B} ties={ties}: node_logprobs")
+            n_cases += 1
+    report("builder_vs_heap_oracle_cuda", not bad,
+           f"{n_cases} configurations, {len(bad)} mismatches {bad[:3]} ({time.time() - t0:.1f}s)")
+
+    # 2. the probe on CUDA
+    env = {**os.environ, "PYTHONPATH": str(args.src) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    proc = subprocess.run([sys.executable, "-m", "sglang.srt.speculative.ddtree_probe", "--device", "cuda"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    line = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-300:]])[-1]
+    report("probe_cuda", proc.returncode == 0, f"exit {proc.returncode}: {line}")
+
+    # 3. SGLang's compiled Triton verify kernel vs our walk
+    try:
+        verify = load_verify_tree_greedy(args.src / SPEC_TREE)
+        mism, total, accepted = 0, 0, 0
+        for bs, D, K, B in [(1, 15, 8, 256), (8, 15, 8, 64), (32, 15, 4, 32), (4, 15, 16, 512)]:
+            for _ in range(5):
+                ids, lps, root, start = inputs(bs, D, K)
+                tree = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
+                n = tree.draft_tokens.shape[1]
+                target = torch.randint(0, 1000, (bs, n), generator=g).to(dev)
+                pick = torch.randint(0, n, (bs,), generator=g).tolist()
+                par = tree.parents.cpu()
+                tok = tree.draft_tokens.cpu()
+                tcpu = target.cpu()
+                for b, node in enumerate(pick):
+                    while node > 0:
+                        p = int(par[b, node])
+                        tcpu[b, p] = tok[b, node]
+                        node = p
+                target = tcpu.to(dev)
+                ours = du.ddtree_accept(tree, target)
+                acc_idx, acc_num, predicts = run_sglang_verify(verify, tree, target)
+                torch.cuda.synchronize()
+                for b in range(bs):
+                    L = int(ours.accept_length[b])
+                    want = [b * n + int(x) for x in ours.accepted_nodes[b, : L + 1].tolist()]
+                    got = acc_idx[b, : L + 1].tolist()
+                    ok = int(acc_num[b]) == L and got == want and int(predicts[want[-1]]) == int(ours.bonus_tokens[b])
+                    mism += not ok
+                    total += 1
+                    accepted += L
+        report("sglang_triton_verify_vs_walk_cuda", mism == 0,
+               f"{total} requests, {mism} mismatches, mean accepted depth {accepted / max(total, 1):.2f}")
+    except Exception as exc:  # say exactly what blocked it
+        report("sglang_triton_verify_vs_walk_cuda", False, f"could not run: {type(exc).__name__}: {exc}")
+
+    # 4. zero host syncs in build + accept
+    ids, lps, root, start = inputs(8, 15, 8)
+    target = torch.randint(0, 1000, (8, 257), generator=g).to(dev)
+    du.ddtree_accept(du.build_ddtree_tree_from_topk(ids, lps, root, start, 256), target)  # warm up
+    torch.cuda.synchronize()
+    try:
+        torch.cuda.set_sync_debug_mode("error")
+        tree = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
+        acc = du.ddtree_accept(tree, target)
+        torch.cuda.set_sync_debug_mode(0)
+        report("no_host_sync", True, "build(bs=8,D=15,K=8,B=256)+accept ran under sync_debug_mode='error'")
+    except RuntimeError as exc:
+        torch.cuda.set_sync_debug_mode(0)
+        report("no_host_sync", False, f"{exc}"[:300])
+
+    # 5. CUDA graph capture + replay
+    try:
+        s_ids, s_lps, s_root, s_start, s_target = (x.clone() for x in (ids, lps, root, start, target))
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(2):
+                du.ddtree_accept(du.build_ddtree_tree_from_topk(s_ids, s_lps, s_root, s_start, 256), s_target)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            g_tree = du.build_ddtree_tree_from_topk(s_ids, s_lps, s_root, s_start, 256)
+            g_acc = du.ddtree_accept(g_tree, s_target)
+        same = True
+        for _ in range(3):
+            ids2, lps2, root2, start2 = inputs(8, 15, 8)
+            s_ids.copy_(ids2); s_lps.copy_(lps2); s_root.copy_(root2); s_start.copy_(start2)
+            graph.replay()
+            torch.cuda.synchronize()
+            eager = du.build_ddtree_tree_from_topk(ids2, lps2, root2, start2, 256)
+            eacc = du.ddtree_accept(eager, s_target)
+            same &= torch.equal(eager.draft_tokens, g_tree.draft_tokens) and torch.equal(eager.parents, g_tree.parents)
+            same &= torch.equal(eacc.accepted_nodes, g_acc.accepted_nodes)
+        report("cuda_graph_capture", bool(same), "captured build+accept (bs=8,B=256); 3 replays on new inputs == eager")
+    except Exception as exc:
+        report("cuda_graph_capture", False, f"{type(exc).__name__}: {exc}"[:300])
+
+    results["failures"] = failures
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"gpu_suite: {len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

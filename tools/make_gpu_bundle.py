@@ -1,0 +1,45 @@
+"""Make ``.gpu/src``: what a GPU machine with only torch + Triton needs to run the DDTree checks.
+
+It holds a bare ``sglang/`` tree (no ``__init__.py``, so nothing of SGLang runs) with the files
+the series creates (as ``ddtree-deploy build`` makes them) and the pinned, unmodified
+``sglang/kernels/ops/speculative/spec_tree.py`` from the verified snapshot. ``.gpu/`` is listed in
+``.git/info/exclude``: it is carried to the device machine, never committed (it holds an SGLang
+source file).
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ddtree_deploy.overlay import build_overlay  # noqa: E402
+from ddtree_deploy.snapshot import ensure_snapshot  # noqa: E402
+from sglang_kernels import SPEC_TREE  # noqa: E402
+
+
+def main() -> int:
+    repo = Path(__file__).resolve().parent.parent
+    dest = repo / ".gpu" / "src"
+    if dest.exists():
+        shutil.rmtree(dest)
+    built = build_overlay()
+    for path in (built / "sglang").rglob("*.py"):
+        rel = path.relative_to(built)
+        if "speculative/ddtree_" in str(rel):
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(path, dest / rel)
+    (dest / SPEC_TREE).parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(ensure_snapshot() / SPEC_TREE, dest / SPEC_TREE)
+    exclude = repo / ".git" / "info" / "exclude"
+    if exclude.exists() and "/.gpu/" not in exclude.read_text():
+        exclude.write_text(exclude.read_text() + "/.gpu/\n")
+    for p in sorted(dest.rglob("*.py")):
+        print(p.relative_to(repo))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
