@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import git_diff, run_cli
+from testkit import git_diff, run_cli
 from ddtree_deploy import authoring, snapshot
 from ddtree_deploy.build import build, check, resolve_inputs
 from ddtree_deploy.errors import FetchError, HashMismatchError, PatchApplyError

@@ -1,0 +1,126 @@
+"""The patched modules import, and DDTREE server args resolve through SGLang's own code.
+
+One subprocess (sglang imported once) under PYTHONPATH = the complete patched tree:
+``prepare_server_args([...])`` (SGLang's CLI parser, flags generated from the new fields), then
+``handle_speculative_decoding`` (SGLang's pipeline step, which dispatches to ``_handle_ddtree``),
+read back through ``resolving_view``. Model paths are config.json-only dirs (no weights).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.sglang_deps
+
+
+@pytest.fixture(scope="module")
+def report(patched_site, model_fixtures, harness):
+    return harness(patched_site, "_args_harness.py", str(model_fixtures))
+
+
+def test_patched_modules_import(report):
+    bad = {m: v for m, v in report["imports"].items() if v != "ok"}
+    assert not bad, bad
+    assert "sglang.srt.speculative.ddtree_worker_v2" in report["imports"]
+
+
+def test_dispatch(report):
+    d = report["dispatch"]
+    assert "error" not in d, d
+    assert d["name"] == "DDTREE" and d["is_ddtree"] and d["is_dflash_family"] and d["is_dflash"]
+    assert d["dflash_is_ddtree"] is False
+    assert d["supports_mixed_chunk"] is False
+    assert d["worker"] == "sglang.srt.speculative.ddtree_worker_v2.DDTreeWorkerV2"
+    assert d["worker_is_dflash_v2"] and d["dflash_worker"] == "DFlashWorkerV2"
+
+
+def _ok(report, name):
+    c = report["cases"][name]
+    assert "ok" in c, c
+    return c["ok"]
+
+
+@pytest.mark.parametrize("name,b,k,budget", [
+    ("default_from_draft_config", 16, 8, 64),   # block size read from the drafter config
+    ("explicit_b16", 16, 8, 64),
+    ("budget128_k16_debug", 16, 16, 128),
+    ("budget4_default_cap", 4, 4, 4),           # default cap = min(budget, 8)
+    ("triton_backend", 16, 8, 64),
+    ("explicit_consistent_eagle_fields", 16, 8, 64),
+    ("hybrid_unsafe", 16, 8, 64),
+    ("max_running_requests_kept", 16, 8, 64),
+])
+def test_derived_shape(report, name, b, k, budget):
+    r = _ok(report, name)
+    assert r["speculative_algorithm"] == "DDTREE"
+    assert r["speculative_dflash_block_size"] == b
+    assert r["speculative_num_steps"] == b - 1
+    assert r["speculative_eagle_topk"] == k
+    assert r["speculative_num_draft_tokens"] == budget + 1
+    assert r["page_size"] == 1
+    assert r["disable_cuda_graph"] is True and r["disable_overlap_schedule"] is True
+    assert r["attention_backend"] in ("flashinfer", "triton")
+
+
+def test_defaults_and_flags(report):
+    r = _ok(report, "default_from_draft_config")
+    assert r["speculative_ddtree_budget"] == 64 and r["speculative_ddtree_topk_cap"] is None
+    assert r["speculative_ddtree_allow_hybrid_unsafe"] is False
+    assert r["speculative_ddtree_debug_metrics"] is False
+    assert r["attention_backend"] == "flashinfer" and r["max_running_requests"] == 32
+    assert _ok(report, "budget128_k16_debug")["speculative_ddtree_debug_metrics"] is True
+    assert _ok(report, "hybrid_unsafe")["speculative_ddtree_allow_hybrid_unsafe"] is True
+    assert _ok(report, "triton_backend")["attention_backend"] == "triton"
+    assert _ok(report, "max_running_requests_kept")["max_running_requests"] == 7
+
+
+@pytest.mark.parametrize("name,needle", [
+    ("err_budget_zero", "--speculative-ddtree-budget must be >= 1"),
+    ("err_budget_too_big", "must be <= 1024"),
+    ("err_budget_lt_depth", "must be >= the drafter block size - 1 (15)"),
+    ("err_topk_zero", "--speculative-ddtree-topk-cap must be >= 1"),
+    ("err_topk_gt_budget", "exceeds --speculative-ddtree-budget"),
+    ("err_budget_gt_capacity", "exceeds the largest tree of depth 2"),
+    ("err_block_size_one", "block size must be >= 2"),
+    ("err_page_size", "--page-size 1"),
+    ("err_attention_backend", "'fa3' cannot verify a DDTree"),
+    ("err_decode_backend", "'trtllm_mha' cannot verify a DDTree"),
+    ("err_hybrid", "--speculative-ddtree-allow-hybrid-unsafe"),
+    ("err_conflicting_num_steps", "--speculative-num-steps=3 conflicts"),
+    ("err_conflicting_topk", "--speculative-eagle-topk=2 conflicts"),
+    ("err_conflicting_draft_tokens", "--speculative-num-draft-tokens=16 conflicts"),
+    ("err_draft_window", "--speculative-draft-window-size"),
+    ("err_rejection_sampling", "--speculative-use-rejection-sampling"),
+    ("err_pp", "--pp-size 1"),
+    ("err_cpu_device", "only supported on CUDA"),
+])
+def test_invalid_combination_refused(report, name, needle):
+    c = report["cases"][name]
+    assert "error" in c, c
+    assert c["error"].startswith("ValueError: DDTREE: "), c
+    assert needle in c["error"], c
+
+
+def test_linear_dflash_unchanged(report):
+    r = _ok(report, "dflash_unchanged")
+    assert (r["speculative_num_steps"], r["speculative_eagle_topk"],
+            r["speculative_num_draft_tokens"]) == (1, 1, 16)
+    assert r["disable_cuda_graph"] is False and r["disable_overlap_schedule"] is False
+    assert r["max_running_requests"] == 48
+
+
+def test_verify_input_layout(report):
+    u = report["units"]
+    assert u["full_mask_alloc"] and u["full_mask_buffer"] and u["qlen_only"], u
+    assert u["eagle_fields"], u
+    # tree_topk -1 (irregular), accept_index width = block size, N = B + 1, EAGLE_VERIFY.
+    assert u["shape"][:4] == [-1, 5, 11, 11] and u["shape"][5] is True
+    assert u["dummy"] == [15, 8, 65, 64, 16]
+    assert all(0.0 <= x <= 10.0 for x in u["predicted_accept"])
+    assert u["bitpacking_refused"] and "FULL_MASK and QLEN_ONLY" in u["bitpacking_refused"]
+
+
+def test_t_gt_0_walk_sampler_matches_target_distribution(report):
+    # 4000 draws per node: the empirical frequencies of the per-node target samples
+    # match softmax(logits / T) (per-request temperatures 1.0 and 0.5).
+    assert report["units"]["walk_sampler_max_abs_err"] < 0.04

@@ -1,0 +1,86 @@
+"""DDTreeWorkerV2's decode step (patch 0008) on the CPU, against a reference walk.
+
+What is REAL (the patched SGLang code, imported under its real dependencies):
+  ``DDTreeWorkerV2.forward_batch_generation`` -> ``_forward_ddtree_decode`` (the whole step as
+  shipped), ``candidate_topk`` from ``srt/models/dflash.py`` (its CPU top-k + logsumexp path,
+  through a real dense lm_head module), ``ddtree_depth_topk_from_candidates``,
+  ``build_ddtree_tree_from_topk`` (the core, patch 0001), ``DDTreeVerifyInput.from_tree`` and
+  ``ddtree_verify_mask`` (FULL_MASK layout, the one the GPU backends read),
+  ``make_draft_input_v2`` / ``DFlashDraftInputV2``, ``GenerationBatchResult``, the accepted-path
+  compaction ``eagle_worker_common._compact_accept_to_front`` and ``DDTreeDebugMetrics``.
+
+What is STOOD IN (needs a GPU, model weights or a launched server):
+  * the drafter forward (``_run_draft_block``): hidden states built to favour the target's
+    greedy continuation at rank 1-3 (through the identity lm_head they are the logits);
+  * ``run_eagle_verify``: a stand-in that runs a fake target model whose per-node logits are
+    a deterministic function of the node's full context, where the context is READ FROM THE
+    VERIFY INPUT'S CUSTOM MASK (so a wrong mask or wrong positions give wrong tokens), then
+    the greedy tree walk as a line-by-line Python port of SGLang's Triton
+    ``verify_tree_greedy_kernel_triton``, then SGLang's own ``_compact_accept_to_front``;
+    the KV move and the attention kernels do not run;
+  * ``assign_extend_cache_locs_func`` (Triton/sgl_kernel) as a torch gather, the draft-KV
+    writer ``_append_target_hidden_to_draft_kv_by_loc`` as a spy, the id translation as
+    identity, ``get_parallel()`` as TP = 1, ``Tensor.record_stream`` as a no-op.
+
+Two settings. (1) A hash-defined target (logits a pseudo-random function of the whole context)
+and a drafter favouring the target's continuation at rank 1-3. (2) The OFFLINE REFERENCE ENGINE
+(tools/ddtree_offline): its tiny random-weight HF Llama target (as the stand-in target forward,
+full recompute per node context) and its SyntheticDrafter (as the stand-in drafter: its
+full-vocab log-probs are the hidden states through the identity lm_head); the engine runs each
+prompt alone (batch 1, HF KV cache, tree attention mask), the worker runs the 3 prompts as one
+batch; per-round acceptance lengths and tokens must be identical.
+
+Reference for (1): the heap-oracle tree (``build_ddtree_tree_heap``) from log_softmax top-K of the
+same drafter hidden states, target tokens from explicit root-to-node paths, ``ddtree_accept``;
+and target-only greedy decoding. Several budgets / caps (including the K = 1 chain), 3
+requests of different lengths, 6 chained decode steps each.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = pytest.mark.sglang_deps
+
+
+@pytest.fixture(scope="module")
+def report(patched_site, harness):
+    return harness(patched_site, "_worker_step_harness.py")
+
+
+def test_step_matches_reference_walk(report):
+    assert len(report["cases"]) == 4
+    for case in report["cases"]:
+        assert case["steps"] == 6
+        assert case["same_tree"], case
+        assert case["mismatch"] == [], case
+
+
+def test_end_to_end_lossless_vs_target_only(report):
+    for case in report["cases"]:
+        assert case["lossless"], case
+        # The trees do get accepted beyond the bonus token sometimes.
+        assert max(case["taus"]) >= 2, case
+
+
+def test_debug_metrics_in_meta_info(report):
+    case = report["cases"][0]
+    assert case["customized_info_keys"] == [
+        "ddtree_accept_length", "ddtree_predicted_accept_length",
+        "ddtree_tree_depth", "ddtree_tree_size"]
+    s = case["metrics_summary"]
+    assert s["request_steps"] == 18 and s["steps"] == 6
+    assert sum(s["accept_length_histogram"]) == 18
+    assert abs(s["mean_accept_length"] - sum(case["taus"]) / 18) < 1e-9
+    assert len(s["per_depth_acceptance"]) == 5
+    assert s["per_depth_acceptance"] == sorted(s["per_depth_acceptance"], reverse=True)
+    assert sum(s["tree_depth_histogram"]) == 18
+
+
+def test_step_matches_offline_engine(report):
+    assert len(report["offline"]) == 2
+    for case in report["offline"]:
+        assert case["mismatch"] == [], case
+        assert case["same_taus"], case
+        assert case["same_tokens"], case
+        assert max(max(t) for t in case["worker_taus"]) >= 3, case
