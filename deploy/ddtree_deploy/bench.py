@@ -13,8 +13,9 @@ then one ``ddtree_tb{B}`` per budget) the bench
    {"max_new_tokens", "temperature"}}``) with at most ``concurrency`` requests in flight;
 3. records per request the output ids, SGLang's speculative stats from ``meta_info``
    (``spec_verify_ct``, ``spec_accept_length``, ``spec_correct_drafts_histogram``, ...) and our
-   debug metrics under ``meta_info["ddtree"]`` (``acceptance_lengths``, tree sizes/depths,
-   predicted acceptance) as run records (``records.RunRecord``, the contract's JSONL).
+   per-step debug metrics (``ddtree_accept_length``, ``ddtree_predicted_accept_length``,
+   ``ddtree_tree_size``, ``ddtree_tree_depth``; see :func:`ddtree_debug`) as run records
+   (``records.RunRecord``, the contract's JSONL).
 
 It writes ``runs.jsonl``, ``summary.json``, ``sweep.png`` and one ``server-<method>.log`` per
 launched server into the output directory, and prints a rich table on stderr.
@@ -86,7 +87,7 @@ class BenchConfig:
     num_prompts: int | None = 16
     max_new_tokens: int = 256
     temperature: float = 0.0
-    seed: int = 0
+    seed: int | None = None  # T > 0: sampling_seed = seed + prompt_index when set
     reference_runs: list[str] = field(default_factory=lambda: ["baseline", "dflash"])
     tokenizer: str | None = None
     health_timeout_s: float = 900.0
@@ -326,14 +327,37 @@ def server_info(url: str) -> dict[str, Any]:
 # --- requests ---------------------------------------------------------------------------------
 
 
+def ddtree_debug(mi: dict[str, Any]) -> dict[str, list[float] | None]:
+    """Our per-step debug metrics from a ``meta_info`` (``--speculative-ddtree-debug-metrics``).
+
+    The DDTree patch reports them through SGLang's ``customized_info`` as top-level per-step lists
+    ``ddtree_accept_length``, ``ddtree_predicted_accept_length`` (expected tau, bonus included),
+    ``ddtree_tree_size``, ``ddtree_tree_depth``; a nested ``meta_info["ddtree"]`` dict with
+    ``acceptance_lengths`` / ``predicted_acceptance`` / ``tree_sizes`` / ``tree_depths`` is read too.
+    """
+    nested = mi.get("ddtree") if isinstance(mi.get("ddtree"), dict) else {}
+
+    def pick(top: str, sub: str) -> list[float] | None:
+        v = mi.get(top)
+        if v is None:
+            v = nested.get(sub)
+        return list(v) if isinstance(v, (list, tuple)) else None
+
+    return {
+        "acceptance_lengths": pick("ddtree_accept_length", "acceptance_lengths"),
+        "predicted": pick("ddtree_predicted_accept_length", "predicted_acceptance"),
+        "tree_sizes": pick("ddtree_tree_size", "tree_sizes"),
+        "tree_depths": pick("ddtree_tree_depth", "tree_depths"),
+    }
+
+
 def record_from_response(resp: dict[str, Any], *, dataset: str, spec: RunSpec, prompt_index: int, latency_s: float) -> RunRecord:
     ids = resp.get("output_ids")
     if not isinstance(ids, list):
         raise BenchServerError(f"/generate answer for {dataset} prompt {prompt_index} has no output_ids list (keys: {sorted(resp)})")
     mi = dict(resp.get("meta_info") or {})
-    dd = mi.get("ddtree") if isinstance(mi.get("ddtree"), dict) else {}
     n_out = int(mi.get("completion_tokens", len(ids)))
-    al = dd.get("acceptance_lengths")
+    al = ddtree_debug(mi)["acceptance_lengths"]
     verify_ct = mi.get("spec_verify_ct")
     tau = mi.get("spec_accept_length")
     if tau is None and al:
@@ -346,7 +370,7 @@ def record_from_response(resp: dict[str, Any], *, dataset: str, spec: RunSpec, p
         budget=spec.budget,
         prompt_index=prompt_index,
         output_ids=[int(t) for t in ids],
-        acceptance_lengths=None if al is None else [int(a) for a in al],
+        acceptance_lengths=None if al is None else [int(round(a)) for a in al],
         accept_length_mean=None if tau is None else float(tau),
         verify_ct=None if verify_ct is None else int(verify_ct),
         num_output_tokens=n_out,
@@ -362,7 +386,7 @@ def run_instance(url: str, inst: Instance, spec: RunSpec, cfg: BenchConfig, rend
     n_turns = inst.n_turns if (inst.input_ids is not None or renderer is not None) else 1
     for t in range(n_turns):
         sp: dict[str, Any] = {"max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature}
-        if cfg.temperature > 0:
+        if cfg.temperature > 0 and cfg.seed is not None:
             sp["sampling_seed"] = cfg.seed + inst.first_prompt_index + t
         if inst.input_ids is not None:
             payload: dict[str, Any] = {"input_ids": inst.input_ids}
@@ -390,17 +414,18 @@ def run_dataset(
     """All instances of one dataset through one server, ``cfg.concurrency`` at a time."""
     records: list[RunRecord] = []
     t0 = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=max(1, cfg.concurrency)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(1, cfg.concurrency))
+    try:
         futs = [pool.submit(run_instance, url, inst, spec, cfg, renderer) for inst in instances]
-        try:
-            for f in as_completed(futs):
-                records.extend(f.result())
-                if on_done:
-                    on_done()
-        except BaseException:
-            for f in futs:
-                f.cancel()
-            raise
+        for f in as_completed(futs):
+            records.extend(f.result())
+            if on_done:
+                on_done()
+    except BaseException:
+        # a failed request or Ctrl-C: drop what has not started; in-flight requests end by their timeout
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     wall = time.perf_counter() - t0
     records.sort(key=lambda r: r.prompt_index)
     return records, wall
@@ -450,16 +475,19 @@ def summarize(records: list[RunRecord], walls: dict[tuple[str, str], float]) -> 
 
 
 def _predicted_tau(r: RunRecord) -> float | None:
-    dd = (r.meta_info or {}).get("ddtree")
-    if isinstance(dd, dict):
-        p = dd.get("predicted_acceptance")
-        if isinstance(p, list) and p:
-            return 1.0 + sum(float(x) for x in p) / len(p)
+    """Mean expected tau (bonus included) the trees predicted for this request, if reported."""
+    p = ddtree_debug(r.meta_info or {})["predicted"]
+    if p:
+        return sum(float(x) for x in p) / len(p)
     return None
 
 
 def render_summary(rows: list[dict[str, Any]], console, title: str) -> None:
     from rich.table import Table
+
+    from .compare import wide
+
+    console = wide(console)
 
     def f(x: Any, fmt: str) -> str:
         return "-" if x is None else fmt.format(x)
@@ -521,8 +549,15 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console, *, progress: bool 
                 f"like the reference)" + (f"; {multi} multi-turn rows use their first turn only" if multi else ""),
             )
     runs = plan_runs(cfg)
-    plan = [(s, run_url(target, s)) for s in runs]
-    plan = [(s, u, run_command(target, s, u)) for s, u in plan]
+    plan = []
+    for s in runs:
+        u = run_url(target, s)
+        try:
+            plan.append((s, u, run_command(target, s, u)))
+        except UsageError as exc:
+            if s.kind == "ddtree":
+                raise
+            console.print(f"[yellow]warning:[/] skipping the {s.method} reference run: {exc.message} ({exc.hint})", markup=True)
     if not any(c for _, _, c in plan) and len({u for _, u, _ in plan}) == 1 and len(runs) > 1:
         console.print(
             "[yellow]warning:[/] every run goes to the same server and no server command is set: the budget is whatever that "
@@ -532,6 +567,8 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console, *, progress: bool 
     all_records: list[RunRecord] = []
     walls: dict[tuple[str, str], float] = {}
     servers: dict[str, Any] = {}
+    if not plan:
+        raise UsageError("nothing to run")
     total = sum(len(v) for v in prompts.values()) * len(plan)
     started = time.time()
     with Progress(
@@ -549,6 +586,13 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console, *, progress: bool 
                 if ctx is None:
                     wait_healthy(url, min(cfg.health_timeout_s, 60.0))
                 info = server_info(url)
+                if "speculative_algorithm" in info and (info["speculative_algorithm"] or "") != ALGORITHM[spec.kind]:
+                    what = f"{url} runs --speculative-algorithm {info['speculative_algorithm'] or '(none)'}, not what {spec.method} needs"
+                    if spec.kind != "ddtree":
+                        console.print(f"[yellow]warning:[/] skipping the {spec.method} reference run: {what}")
+                        prog.advance(overall, sum(len(v) for v in prompts.values()))
+                        continue
+                    raise BenchServerError(what, hint="point this run at a DDTREE server (--base-url / --server-command)")
                 sb = info.get("speculative_ddtree_budget")
                 if spec.budget is not None and sb is not None and int(sb) != spec.budget:
                     raise BenchServerError(
@@ -582,7 +626,7 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console, *, progress: bool 
         "duration_s": time.time() - started,
         "config": {
             "budgets": cfg.budgets, "datasets": list(prompts), "concurrency": cfg.concurrency, "num_prompts": cfg.num_prompts,
-            "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "reference_runs": cfg.reference_runs,
+            "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "seed": cfg.seed, "reference_runs": cfg.reference_runs,
             "tokenizer": cfg.tokenizer,
         },
         "servers": servers,

@@ -2,8 +2,8 @@
 
 For every (dataset, method) group of the RUN, the reference group in the BASELINE is the same
 method if the baseline has it (e.g. ``ddtree_tb256`` vs ``ddtree_tb256``), else the baseline's
-``baseline`` (target-only decoding): at temperature 0 DDTree is lossless, so every method's
-output must equal target-only decoding token for token.
+``baseline`` (target-only decoding), or always the method named by ``against``: at temperature
+0 DDTree is lossless, so every method's output must equal target-only decoding token for token.
 
 Per group: exact-match rate of output ids over the prompts both sides have, the first
 divergence position of each diverged prompt (with the surrounding tokens, decoded when a local
@@ -132,8 +132,13 @@ def compare_records(
     decode: Callable[[list[int]], str] | None = None,
     thresholds: Thresholds | None = None,
     max_divergences: int = 20,
+    against: str | None = None,
 ) -> dict[str, Any]:
-    """Build the comparison report (a JSON-able dict); ``report["ok"]`` is the verdict."""
+    """Build the comparison report (a JSON-able dict); ``report["ok"]`` is the verdict.
+
+    ``against``: compare every run group with this baseline method (e.g. ``"baseline"``: each
+    method vs target-only decoding, which also works with BASELINE = RUN, one file holding a
+    whole sweep) instead of the same method."""
     th = thresholds or Thresholds()
     base_groups: dict[tuple[str, str], dict[int, RunRecord]] = {}
     for (ds, method), recs in iter_groups(baseline):
@@ -143,7 +148,7 @@ def compare_records(
     unmatched: list[str] = []
     for (ds, method), run_recs in sorted(iter_groups(run), key=lambda kv: (kv[0][0], _method_order(kv[0][1]))):
         k = dataset_key(ds)
-        ref_method = method if (k, method) in base_groups else METHOD_BASELINE
+        ref_method = against or (method if (k, method) in base_groups else METHOD_BASELINE)
         ref_recs = base_groups.get((k, ref_method))
         if ref_recs is None:
             unmatched.append(f"{ds}/{method}")
@@ -226,6 +231,7 @@ def compare_records(
         failures.append("no (dataset, method) of the run has a counterpart in the baseline")
     return {
         "ok": not failures,
+        "against": against,
         "thresholds": {
             "min_exact_match": th.min_exact_match,
             "max_tpot_ratio": th.max_tpot_ratio,
@@ -297,6 +303,7 @@ def render(report: dict[str, Any], console) -> None:
     """The human view (rich, on the given console: stderr in the CLI)."""
     from rich.table import Table
 
+    console = wide(console)
     t = Table(title="compare: run vs baseline", show_lines=False)
     for col in ("dataset", "method", "vs", "n", "exact", "prefix", "diverged", "match rate", "1st div", "tau run", "tau ref", "hist TV", "TPOT ratio", "verdict"):
         t.add_column(col, justify="right" if col not in ("dataset", "method", "vs", "verdict") else "left")
@@ -324,3 +331,13 @@ def render(report: dict[str, Any], console) -> None:
         console.print("no baseline for: " + ", ".join(report["unmatched"]), markup=False)
     if report["ok"]:
         console.print("[bold green]compare: ok[/]")
+
+
+def wide(console, width: int = 160):
+    """The console itself on a terminal; off a terminal (pipes, CI logs) one ``width`` columns
+    wide on the same file, so tables are not squeezed into 80 columns."""
+    if console.is_terminal:
+        return console
+    from rich.console import Console
+
+    return Console(file=console.file, width=width, highlight=False, no_color=console.no_color)

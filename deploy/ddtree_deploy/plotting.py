@@ -26,20 +26,22 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "DDTr
     datasets = sorted({r["dataset"] for r in rows})
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     metrics = (("tau", "tau (tokens per verify step)"), ("tokens_per_s", "output tokens/s"))
-    any_budget = False
     for ax, (key, label) in zip(axes, metrics):
         for i, ds in enumerate(datasets):
             c = colors[i % len(colors)]
             pts = sorted((r["budget"], r[key]) for r in rows if r["dataset"] == ds and r["budget"] is not None and r.get(key) is not None)
             if pts:
-                any_budget = True
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=c, label=f"{ds} DDTree")
             for method, style, name in (("baseline", "--", "autoregressive"), ("dflash", ":", "DFlash (linear)")):
                 vals = [r[key] for r in rows if r["dataset"] == ds and r["method"] == method and r.get(key) is not None]
                 if vals:
                     ax.axhline(vals[0], color=c, linestyle=style, linewidth=1.2, label=f"{ds} {name}")
-        if any_budget:
+        budgets = sorted({r["budget"] for r in rows if r["budget"] is not None})
+        if budgets:
             ax.set_xscale("log", base=2)
+            ax.set_xticks(budgets)
+            ax.set_xticklabels([str(b) for b in budgets])
+            ax.minorticks_off()
         ax.set_xlabel("tree budget B (nodes)")
         ax.set_ylabel(label)
         ax.grid(True, alpha=0.3)

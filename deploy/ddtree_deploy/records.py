@@ -75,6 +75,8 @@ class RunRecord:
         """Mean acceptance length of this request (tokens per verify step, bonus included)."""
         if self.acceptance_lengths:
             return sum(self.acceptance_lengths) / len(self.acceptance_lengths)
+        if self.method == METHOD_BASELINE:
+            return 1.0  # target-only decoding: one token per step by definition
         if self.accept_length_mean is not None:
             return float(self.accept_length_mean)
         if self.verify_ct:
@@ -252,7 +254,7 @@ def records_from_reference(data: Any, *, source: str, dataset: str | None = None
             elif n_in is not None and n_out is None and len(ids) > n_in:
                 ids = ids[n_in:]
             al = _field(rec, "acceptance_lengths")
-            al_list = None if al is None else [int(a) for a in _ids_list(al)] if len(al) else []
+            al_list = None if al is None else [int(a) for a in _ids_list(al)]
             out.append(
                 RunRecord(
                     dataset=str(ds),

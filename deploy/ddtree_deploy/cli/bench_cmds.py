@@ -25,7 +25,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def bench(
-    host: str = typer.Argument(..., help="An inventory host (reads [hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."),
+    host: str = typer.Argument(..., help="An inventory host (reads \\[hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."),
     budgets: str = typer.Option("16,32,64,128,256,512", "--budgets", help="Comma-separated DDTree budgets B (tree nodes)."),
     dataset: List[str] = typer.Option(
         [], "--dataset", "-d",
@@ -34,7 +34,8 @@ def bench(
     num_prompts: Optional[int] = typer.Option(16, "--num-prompts", "-n", help="Prompts per dataset (reference: 128)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Per request (reference: 2048)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (lossless: outputs must equal the baseline)."),
-    seed: int = typer.Option(0, "--seed", help="T>0 only: sampling_seed = seed + prompt_index."),
+    seed: Optional[int] = typer.Option(
+        None, "--seed", help="T>0 only: send sampling_seed = seed + prompt_index (DDTREE then uses EAGLE's seeded tree kernel, not the target-sample walk)."),
     out: Optional[Path] = typer.Option(None, "--out", help="Output directory (default: bench-out/<host>-<UTC time>)."),
     base_url: List[str] = typer.Option(
         [], "--base-url",
@@ -47,7 +48,7 @@ def bench(
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer dir: render prompts with its chat template like the reference."),
     health_timeout: float = typer.Option(900.0, "--health-timeout", help="Seconds to wait for /health per server."),
     request_timeout: float = typer.Option(600.0, "--request-timeout", help="Seconds per /generate request."),
-    inventory: Optional[str] = typer.Option(None, "--inventory", help="Inventory file (default: $DDTREE_DEPLOY_INVENTORY or deploy/hosts.toml)."),
+    inventory: Optional[str] = typer.Option(None, "--inventory", "-i", help="Inventory file (default: $DDTREE_DEPLOY_INVENTORY or deploy/hosts.toml)."),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
     json_: bool = JsonOpt,
 ) -> None:
@@ -84,7 +85,7 @@ def bench(
         request_timeout_s=request_timeout,
     )
     summary = run_bench(target, cfg, err, progress=not no_progress)
-    err.print(f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}")
+    err.print(f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}", soft_wrap=True)
     if json_:
         out_json({"ok": True, **summary})
     else:
@@ -98,6 +99,8 @@ def compare(
         1.0, "--min-exact-match", help="Fail below this exact-match rate per dataset/method (T=0 is lossless: 1.0). Negative: off."),
     max_tpot_ratio: Optional[float] = typer.Option(None, "--max-tpot-ratio", help="Fail if mean run TPOT / mean baseline TPOT exceeds this."),
     min_tau_ratio: Optional[float] = typer.Option(None, "--min-tau-ratio", help="Fail if run tau / baseline tau is below this."),
+    against: Optional[str] = typer.Option(
+        None, "--against", help="Compare every method with this BASELINE method (e.g. baseline: each vs target-only; works with BASELINE = RUN)."),
     prefix_ok: bool = typer.Option(False, "--prefix-ok", help="Count an output that is a prefix of the other (different max_new_tokens) as a match."),
     tokenizer: Optional[str] = typer.Option(None, "--tokenizer", help="Local tokenizer dir/file to decode the text around divergences."),
     json_: bool = JsonOpt,
@@ -112,7 +115,7 @@ def compare(
     base_recs = load_records(baseline)
     run_recs = load_records(run)
     report = compare_records(
-        base_recs, run_recs, decode=decode,
+        base_recs, run_recs, decode=decode, against=against,
         thresholds=Thresholds(min_exact_match=min_exact_match, max_tpot_ratio=max_tpot_ratio, min_tau_ratio=min_tau_ratio, prefix_ok=prefix_ok),
     )
     report["baseline"] = str(baseline)
