@@ -191,13 +191,11 @@ class OfflineEngine:
         logits = self._forward(torch.tensor([prompt], device=dev), pos, cache)[:, -1:, :]
         first = int(self._sample(logits, pos[:, -1:], temperature, seed)[0, 0])
         gen = [first]
+        stopped = first in stops
         ttft = self._now() - t0
         decode_start = self._now()
 
-        def done() -> bool:
-            return len(gen) >= max_new_tokens or (gen[-1] in stops) or any(t in stops for t in gen)
-
-        while not done():
+        while len(gen) < max_new_tokens and not stopped:
             start = L + len(gen) - 1  # position of the root (= last emitted token); cache length
             root = gen[-1]
             if method == "target":
@@ -224,6 +222,7 @@ class OfflineEngine:
                     round_trees.append(info["summary"])
             acceptance_lengths.append(len(emitted))
             gen.extend(emitted)
+            stopped = any(t in stops for t in emitted)
             round_timestamps.append(self._now() - decode_start)
 
         # Truncate to max_new_tokens and after the first stop token.
