@@ -1,9 +1,264 @@
-"""Placeholder: commands are registered here by the part of the project that owns them."""
+"""CLI: ``push``, ``smoke``, ``rollback``, ``status``, ``history``, ``lock``, ``demo`` (the remote half)."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator, List, Optional
+from contextlib import contextmanager
+
 import typer
+from rich.table import Table
+
+from ..console import err, out_line
+from ..errors import UsageError
+
+HostsArg = typer.Argument(None, help="Host names from the inventory.", show_default=False)
+AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
+InvOpt = typer.Option(None, "--inventory", "-i", envvar="DDTREE_DEPLOY_INVENTORY",
+                      help="Inventory TOML (default: deploy/hosts.toml).")
+JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
+BuildOpt = typer.Option(None, "--build", "-b", help="A build directory (manifest.json + files); default: build now.")
+AcceptOpt = typer.Option(False, "--accept-new-host-key",
+                         help="Record a host key seen for the first time in that host's known_hosts (a changed key is always refused).")
+QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress lines or table (errors still go to stderr).")
+
+lock_app = typer.Typer(help="The deploy lock on a host: `status` shows the holder, `release` frees it.",
+                       no_args_is_help=True)
+
+
+def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
+    from ..remote.inventory import load_inventory
+
+    return load_inventory(inventory).select(list(names or []), all_)
+
+
+@contextmanager
+def _build_set(build_dir: Optional[Path]) -> Iterator[object]:
+    """The build to push: ``--build DIR``, else a fresh build of the repo's series in a temp dir."""
+    from ..remote.hostops import load_build
+
+    if build_dir is not None:
+        yield load_build(build_dir)
+        return
+    with _fresh_build() as bs:
+        yield bs
+
+
+@contextmanager
+def _fresh_build() -> Iterator[object]:
+    from ..build import build
+    from ..paths import cache_dir
+    from ..remote.hostops import load_build
+
+    base = cache_dir() / "push-builds"
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix="build-", dir=base))
+    try:
+        err.print(f"building the series into {tmp} ...")
+        build(tmp)
+        yield load_build(tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _exit(code: int) -> None:
+    if code:
+        raise typer.Exit(code)
+
+
+def push(
+    hosts: Optional[List[str]] = HostsArg,
+    all_: bool = AllOpt,
+    build_dir: Optional[Path] = BuildOpt,
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Preflight only: show a diff per file, write nothing."),
+    accept_new_host_key: bool = AcceptOpt,
+    restart: bool = typer.Option(False, "--restart", help="Then run the host's restart_command, wait for health_url, smoke again."),
+    no_rollback: bool = typer.Option(False, "--no-rollback", help="With --restart: keep the deploy if the health check fails."),
+    why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the lock and the audit log."),
+    json_: bool = JsonOpt,
+    quiet: bool = QuietOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """Push the patched files to hosts: preflight, lock, backup, atomic upload, compile + smoke, audit.
+
+    Any failure after the first write restores the host from its backup and verifies it (exit 8).
+    """
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.push import PushOptions, push_pipeline
+
+    hs = _hosts(inventory, hosts, all_)
+    if no_rollback and not restart:
+        raise UsageError("--no-rollback only applies together with --restart")
+    with _build_set(build_dir) as bs:
+        opts = PushOptions(dry_run=dry_run, accept_new_host_key=accept_new_host_key, restart=restart,
+                           no_rollback=no_rollback, why=why)
+        title = f"{'dry run: ' if dry_run else ''}push {bs.series_id}"
+        results = run_fleet(hs, push_pipeline(bs, opts), title=title, quiet=quiet)
+        if dry_run and not json_:
+            for r in results:
+                for path, diff in (r.data.get("diffs") or {}).items():
+                    out_line(f"# {r.host}: {path}")
+                    if diff:
+                        out_line(diff.rstrip("\n"))
+        code = finish(title, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
+    _exit(code)
+
+
+def smoke(
+    hosts: Optional[List[str]] = HostsArg,
+    all_: bool = AllOpt,
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Also use this build's module list."),
+    accept_new_host_key: bool = AcceptOpt,
+    json_: bool = JsonOpt,
+    quiet: bool = QuietOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """Re-run py_compile + the smoke import on what is deployed (changes nothing; exit 12 if it fails)."""
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.hostops import load_build
+    from ..remote.push import smoke_pipeline
+
+    hs = _hosts(inventory, hosts, all_)
+    bs = load_build(build_dir) if build_dir else None
+    results = run_fleet(hs, smoke_pipeline(bs, accept_new_host_key), title="smoke", quiet=quiet)
+    _exit(finish("smoke", results, json_mode=json_, quiet=quiet))
+
+
+def rollback(
+    hosts: Optional[List[str]] = HostsArg,
+    all_: bool = AllOpt,
+    to: Optional[str] = typer.Option(None, "--to", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
+    why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the audit log."),
+    accept_new_host_key: bool = AcceptOpt,
+    json_: bool = JsonOpt,
+    quiet: bool = QuietOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """Undo the latest deploy (or back to --to DEPLOY_ID) byte-exactly from the host's backups, verified."""
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.push import rollback_pipeline
+
+    hs = _hosts(inventory, hosts, all_)
+    results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why), title="rollback", quiet=quiet)
+    _exit(finish("rollback", results, json_mode=json_, quiet=quiet))
+
+
+def status(
+    hosts: Optional[List[str]] = HostsArg,
+    all_: bool = AllOpt,
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Compare against this build (default: the host's records only)."),
+    accept_new_host_key: bool = AcceptOpt,
+    json_: bool = JsonOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """Per file: pristine / patched (which series) / unknown (drifted); the lock and the last deploy."""
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.hostops import load_build
+    from ..remote.push import status_pipeline
+
+    hs = _hosts(inventory, hosts, all_)
+    bs = load_build(build_dir) if build_dir else None
+    results = run_fleet(hs, status_pipeline(bs, accept_new_host_key), title="status", quiet=True)
+    if not json_:
+        for r in results:
+            if not r.ok:
+                continue
+            st = r.data
+            t = Table(title=f"{r.host}: sglang {st.get('package_version')} in {st.get('site_packages')}")
+            for c in ("file", "state", "series", "sha256"):
+                t.add_column(c, overflow="fold")
+            for f in st["files"]:
+                color = {"pristine": "cyan", "patched": "green", "ours": "green"}.get(f["state"], "red")
+                t.add_row(f["path"], f"[{color}]{f['state']}[/]", f["series"] or "", (f["sha256"] or "(absent)")[:16])
+            err.print(t)
+            lk = st.get("lock")
+            err.print(f"lock: {'held by ' + str(lk.get('who')) + ' (' + str(lk.get('deploy_id')) + ')' if lk else 'free'}")
+            ld = st.get("last_deploy")
+            err.print(f"last deploy: {ld['deploy_id'] + ' ' + ld['status'] + ' ' + str(ld.get('series_id')) if ld else 'none'}")
+            if st.get("interrupted"):
+                err.print(f"[bold red]interrupted deploy {st['interrupted'][-1]}[/]: run `ddtree-deploy rollback {r.host}`")
+            out_line(f"{r.host}\t{r.message}")
+    _exit(finish("status", results, json_mode=json_, quiet=True))
+
+
+def history(
+    host: str = typer.Argument(..., help="A host name from the inventory."),
+    limit: Optional[int] = typer.Option(None, "--limit", help="Only the last N entries."),
+    accept_new_host_key: bool = AcceptOpt,
+    json_: bool = JsonOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """The host's audit log: one line per deploy, rollback and lock release."""
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.push import history_pipeline
+
+    hs = _hosts(inventory, [host], False)
+    results = run_fleet(hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
+    r = results[0]
+    if r.ok and not json_:
+        for e in r.data["entries"]:
+            target = e.get("undo") or ""
+            out_line("\t".join(str(x) for x in (e.get("time"), e.get("op"), e.get("deploy_id"), e.get("who"),
+                                                 e.get("series_id") or "", target, e.get("result"))))
+    _exit(finish("history", results, json_mode=json_, quiet=True))
+
+
+@lock_app.command("status")
+def lock_status(
+    hosts: Optional[List[str]] = HostsArg,
+    all_: bool = AllOpt,
+    json_: bool = JsonOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """Who holds the deploy lock on each host (who/when/why/deploy id, and whether it is alive)."""
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.push import lock_pipeline
+
+    results = run_fleet(_hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
+    if not json_:
+        for r in results:
+            if r.ok:
+                out_line(f"{r.host}\t{r.status}\t{r.message}")
+    _exit(finish("lock", results, json_mode=json_, quiet=True))
+
+
+@lock_app.command("release")
+def lock_release(
+    hosts: List[str] = typer.Argument(..., help="Host names."),
+    json_: bool = JsonOpt,
+    inventory: Optional[Path] = InvOpt,
+) -> None:
+    """Free a deploy lock left behind (recorded in the audit log). Check `status` first."""
+    from ..remote.fleet import finish, run_fleet
+    from ..remote.push import lock_pipeline
+
+    results = run_fleet(_hosts(inventory, hosts, False), lock_pipeline("release"), title="lock release", quiet=True)
+    if not json_:
+        for r in results:
+            if r.ok:
+                out_line(f"{r.host}\t{r.status}\t{r.message}")
+    _exit(finish("lock release", results, json_mode=json_, quiet=True))
+
+
+def demo(
+    keep: bool = typer.Option(False, "--keep", help="Keep the demo's temp directory (and print where)."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Push this build (default: build the series)."),
+    full_smoke: bool = typer.Option(True, "--full-smoke/--light-smoke",
+                                    help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile."),
+) -> None:
+    """Start a throwaway loopback sshd host with the pinned SGLang, then push -> status -> smoke -> rollback."""
+    from ..remote.demo import run_demo
+
+    _exit(run_demo(keep=keep, build_dir=build_dir, full_smoke=full_smoke))
 
 
 def register(app: typer.Typer) -> None:
-    return None
+    app.command("push")(push)
+    app.command("smoke")(smoke)
+    app.command("rollback")(rollback)
+    app.command("status")(status)
+    app.command("history")(history)
+    app.add_typer(lock_app, name="lock")
+    app.command("demo")(demo)

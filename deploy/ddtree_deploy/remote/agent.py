@@ -4,9 +4,11 @@ It is never imported on the host: the client sends this file's text over the SSH
 and runs it with ``PYTHON -c BOOTSTRAP`` (see ``hostops.BOOTSTRAP``), so nothing is installed on
 the host and every remote path travels inside a JSON request, never through a shell.
 
-Protocol (stdin): ``<len>\\n<agent source>`` (read by the bootstrap), then ``<len>\\n<request JSON>``,
-then the payload (the concatenated file contents named by the request, for ``apply``).
-Output (stdout): zero or more ``DDTREE-EVENT {json}`` lines, then exactly one ``DDTREE-RESULT {json}``.
+Protocol (stdin): ``<len>\\n<agent source>`` (read by the bootstrap), then any number of requests,
+each ``<len>\\n<request JSON>`` followed by its payload (the concatenated file contents named by an
+``apply`` request). Output (stdout), per request: zero or more ``DDTREE-EVENT {json}`` lines, then
+exactly one ``DDTREE-RESULT {json}``. One SSH exec (one remote shell + one Python start) serves a
+whole push: the preflight probe and the apply.
 
 Once the whole payload is in, an ``apply`` or ``rollback`` runs to its end even if the connection
 drops (SIGHUP and broken pipes are ignored), and every step is journaled in the deploy record, so
@@ -154,6 +156,14 @@ def pid_start(pid):
         return None
 
 
+def pid_zombie(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
 def lock_info(sd):
     lock = os.path.join(sd, "lock")
     if not os.path.isdir(lock):
@@ -168,7 +178,7 @@ def lock_info(sd):
     if info.get("hostname") == socket.gethostname() and info.get("pid"):
         try:
             os.kill(int(info["pid"]), 0)
-            alive = pid_start(int(info["pid"])) == info.get("pid_start")
+            alive = pid_start(int(info["pid"])) == info.get("pid_start") and not pid_zombie(int(info["pid"]))
         except ProcessLookupError:
             alive = False
         except PermissionError:
@@ -212,8 +222,17 @@ def acquire_lock(sd, req, op):
     return info
 
 
-def release_lock(sd):
+def release_lock(sd, mine=False):
+    """Remove the lock; with ``mine``, only if this process still holds it (someone may have
+    released it by hand and another deploy taken it since)."""
     lock = os.path.join(sd, "lock")
+    if mine:
+        try:
+            with open(os.path.join(lock, "info.json")) as fh:
+                if json.load(fh).get("pid") != os.getpid():
+                    return
+        except (OSError, ValueError):
+            return
     for name in ("info.json", "info.json.tmp"):
         try:
             os.unlink(os.path.join(lock, name))
@@ -270,6 +289,7 @@ def load_records(sd):
                 out.append(json.load(fh))
         except (OSError, ValueError):
             out.append({"deploy_id": name, "status": "unreadable"})
+    out.sort(key=lambda r: (r.get("seq", 0), r.get("deploy_id", "")))
     return out
 
 
@@ -366,19 +386,6 @@ def restore_record(rec, site):
 
 # --- compile + smoke --------------------------------------------------------------------------------
 
-COMPILE_SRC = r"""
-import py_compile, sys, tempfile, os
-bad = []
-with tempfile.TemporaryDirectory() as d:
-    for i, f in enumerate(sys.argv[1:]):
-        try:
-            py_compile.compile(f, cfile=os.path.join(d, "%d.pyc" % i), doraise=True)
-        except py_compile.PyCompileError as e:
-            bad.append(f)
-            sys.stderr.write(str(e.msg) + "\n")
-sys.exit(1 if bad else 0)
-"""
-
 SMOKE_SRC = r"""
 import importlib, sys
 for m in sys.argv[1:]:
@@ -394,8 +401,21 @@ def run_checks(site, paths, modules, timeout):
     work = tempfile.mkdtemp(prefix="ddtree-smoke-")
     try:
         steps = []
-        if pys:
-            steps.append(("compile", [sys.executable, "-c", COMPILE_SRC] + pys))
+        if pys:  # py_compile in this process (it is the host's interpreter); imports get a fresh one below
+            import py_compile
+
+            event("compile", count=len(pys))
+            t0 = time.time()
+            for i, f in enumerate(pys):
+                try:
+                    py_compile.compile(f, cfile=os.path.join(work, "%d.pyc" % i), doraise=True)
+                except py_compile.PyCompileError as exc:
+                    out["compile_seconds"] = round(time.time() - t0, 3)
+                    out["failed_step"] = "compile"
+                    out["output_tail"] = str(exc.msg)[-4000:]
+                    out["ok"] = False
+                    return out
+            out["compile_seconds"] = round(time.time() - t0, 3)
         if modules:
             steps.append(("smoke", [sys.executable, "-c", SMOKE_SRC] + list(modules)))
         for name, cmd in steps:
@@ -435,6 +455,10 @@ def op_probe(req, stdin):
             anc = os.path.dirname(anc)
         info = {"exists": os.path.lexists(target), "sha256": file_sha(target), "dir_exists": os.path.isdir(d),
                 "dir_writable": os.access(anc, os.W_OK | os.X_OK)}
+        try:
+            info["free"] = shutil.disk_usage(anc).free
+        except OSError:
+            info["free"] = None
         if info["exists"]:
             st = os.lstat(target)
             info["mode"] = "%04o" % (st.st_mode & 0o7777)
@@ -546,7 +570,8 @@ def op_apply(req, stdin):
                 raise Fail("DriftError", "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
         rdir = record_dir(sd, deploy_id)
         os.makedirs(os.path.join(rdir, "backup"), mode=0o700)
-        rec = {"deploy_id": deploy_id, "op": "push", "status": "backing-up", "who": req.get("who"),
+        seq = max([r.get("seq", 0) for r in load_records(sd)] + [0]) + 1
+        rec = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": "backing-up", "who": req.get("who"),
                "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
                "version": req.get("version"), "site_packages": site, "started": now(),
                "files": [], "created_dirs": [], "_dir": rdir}
@@ -659,7 +684,7 @@ def op_apply(req, stdin):
         raise Fail(kind, msg, **details)
     finally:
         try:
-            release_lock(sd)
+            release_lock(sd, mine=True)
         except OSError:
             pass
 
@@ -673,7 +698,7 @@ def op_rollback(req, stdin):
         recs = load_records(sd)
         for r in recs:
             r["_dir"] = record_dir(sd, r["deploy_id"])
-        live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED]
+        live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED + ("needs-human",)]
         if target_id in (None, ""):
             todo = live[-1:]
         elif target_id == "pristine":
@@ -686,7 +711,7 @@ def op_rollback(req, stdin):
             if known.get("status") not in APPLIED:
                 raise Fail("UsageError", "deploy %s is %s, not deployed: cannot roll back to it" % (
                     target_id, known.get("status")))
-            todo = list(reversed([r for r in live if r["deploy_id"] > target_id]))
+            todo = list(reversed([r for r in live if r.get("seq", 0) > known.get("seq", 0)]))
         expect = req.get("expect_latest")
         if expect and (not todo or todo[0]["deploy_id"] != expect):
             raise Fail("UsageError", "the latest deploy on the host is %s, not %s: not rolling back" % (
@@ -719,7 +744,7 @@ def op_rollback(req, stdin):
                        "files": [f["path"] for f in r["files"]], "result": "restored (verified)"})
         return {"undone": undone}
     finally:
-        release_lock(sd)
+        release_lock(sd, mine=True)
 
 
 def op_smoke(req, stdin):
@@ -772,23 +797,32 @@ def main():
             pass
     os.umask(0o022)
     stdin = sys.stdin.buffer
-    try:
-        n = int(stdin.readline())
-        req = json.loads(stdin.read(n).decode("utf-8"))
-        fn = OPS[req["op"]]
-        result = fn(req, stdin)
-        emit("RESULT", {"ok": True, "agent_format": AGENT_FORMAT, "result": result})
-    except Fail as exc:
-        emit("RESULT", {"ok": False, "error": exc.kind, "message": exc.message, "hint": exc.hint,
-                        "details": exc.details})
-    except OSError as exc:
-        kind = "HostRefusedError" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else "RemoteError"
-        emit("RESULT", {"ok": False, "error": kind, "message": "%s: %s" % (type(exc).__name__, exc)})
-    except Exception as exc:  # a bug in the agent
-        import traceback
+    # one request after another on the same channel, until the client closes stdin
+    for _ in range(1000):
+        line = stdin.readline()
+        if not line.strip():
+            return
+        try:
+            n = int(line)
+            req = json.loads(stdin.read(n).decode("utf-8"))
+            fn = OPS[req["op"]]
+            result = fn(req, stdin)
+            emit("RESULT", {"ok": True, "agent_format": AGENT_FORMAT, "result": result})
+        except Fail as exc:
+            emit("RESULT", {"ok": False, "error": exc.kind, "message": exc.message, "hint": exc.hint,
+                            "details": exc.details})
+            if exc.details.get("interrupted"):
+                return
+        except OSError as exc:
+            kind = "HostRefusedError" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else "RemoteError"
+            emit("RESULT", {"ok": False, "error": kind, "message": "%s: %s" % (type(exc).__name__, exc)})
+        except Exception as exc:  # a bug in the agent
+            import traceback
 
-        emit("RESULT", {"ok": False, "error": "RemoteError", "message": "agent error: %s: %s" % (type(exc).__name__, exc),
-                        "details": {"traceback": traceback.format_exc()[-3000:]}})
+            emit("RESULT", {"ok": False, "error": "RemoteError", "message": "agent error: %s: %s" % (type(exc).__name__, exc),
+                            "details": {"traceback": traceback.format_exc()[-3000:]}})
+        if not _stdout_ok[0]:
+            return
 
 
 if __name__ in ("__main__", "__ddtree_agent__"):

@@ -17,6 +17,7 @@ import fcntl
 import hashlib
 import json
 import os
+import select
 import shlex
 import socket
 import threading
@@ -72,11 +73,16 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         self.accept_new = accept_new
         self.offered: tuple[str, paramiko.PKey] | None = None
         self.accepted = False
+        self.other_types: list[str] = []
 
     def missing_host_key(self, client, hostname, key):  # noqa: D401 (paramiko API)
         self.offered = (hostname, key)
         if not self.accept_new:
             raise paramiko.SSHException(f"unknown host key for {hostname}")
+        known = client.get_host_keys().lookup(hostname) or client._system_host_keys.lookup(hostname)
+        if known:  # known under another key type: that is a changed key, never a new one
+            self.other_types = sorted(known.keys())
+            raise paramiko.SSHException(f"host {hostname} is known with other key types")
         path = self.host.known_hosts_path
         line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
         with _known_hosts_lock:
@@ -102,6 +108,9 @@ class HostConnection:
         self.conn: Connection | None = None
         self.bytes_sent = 0
         self.new_host_key: str | None = None
+        self._chan: paramiko.Channel | None = None
+        self._out = bytearray()
+        self._err = bytearray()
 
     # -- connect -------------------------------------------------------------------------------
     def open(self) -> "HostConnection":
@@ -136,6 +145,14 @@ class HostConnection:
                 details={"host": h.name, "offered_fingerprint": fingerprint(exc.key)},
             ) from None
         except paramiko.SSHException as exc:
+            if policy.other_types:
+                fp = fingerprint(policy.offered[1])  # type: ignore[index]
+                raise HostKeyError(
+                    f"{h.name}: {hid} offered a {policy.offered[1].get_name()} key ({fp}) but {kh} knows it only as "  # type: ignore[index]
+                    f"{', '.join(policy.other_types)}; refusing (treated as a changed key)",
+                    hint=f"verify out of band, then: ssh-keygen -R '{hid}' -f {shlex.quote(str(kh))}",
+                    details={"host": h.name, "offered_fingerprint": fp},
+                ) from None
             if policy.offered is not None and not policy.accepted:
                 fp = fingerprint(policy.offered[1])
                 raise HostKeyError(
@@ -156,6 +173,7 @@ class HostConnection:
         return self
 
     def close(self) -> None:
+        self._end_session()
         if self.conn is not None:
             try:
                 self.conn.close()
@@ -170,6 +188,49 @@ class HostConnection:
         self.close()
 
     # -- the agent -----------------------------------------------------------------------------
+    def _session(self) -> paramiko.Channel:
+        """The agent's channel: one exec per connection, reused by every request."""
+        assert self.conn is not None and self.conn.transport is not None
+        chan = self._chan
+        if chan is not None and not chan.closed and not chan.exit_status_ready():
+            return chan
+        self._drop_session()
+        h = self.host
+        try:
+            chan = self.conn.transport.open_session(timeout=self.connect_timeout)
+            chan.exec_command(f"{shlex.quote(h.python)} -c {shlex.quote(BOOTSTRAP)}")
+            head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC
+            chan.sendall(head)
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise RemoteError(f"{h.name}: cannot start the agent over SSH: {exc}",
+                              details={"host": h.name, "connection_lost": True}) from None
+        self.bytes_sent += len(head)
+        self._chan = chan
+        self._out = bytearray()
+        self._err = bytearray()
+        return chan
+
+    def _drop_session(self) -> None:
+        chan, self._chan = self._chan, None
+        if chan is not None:
+            try:
+                chan.close()
+            except Exception:
+                pass
+
+    def _end_session(self) -> None:
+        chan = self._chan
+        if chan is None:
+            return
+        try:
+            chan.shutdown_write()  # EOF: the agent exits after its current request
+            deadline = time.monotonic() + 2.0
+            while not chan.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.005)
+        except Exception:
+            pass
+        self._drop_session()
+
     def run_agent(
         self,
         request: dict[str, Any],
@@ -182,18 +243,12 @@ class HostConnection:
         throttle: float = 0.0,
     ) -> dict[str, Any]:
         """Run one agent operation; return its result dict or raise the mapped error."""
-        assert self.conn is not None and self.conn.transport is not None
         h = self.host
-        try:
-            chan = self.conn.transport.open_session(timeout=self.connect_timeout)
-        except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise RemoteError(f"{h.name}: cannot open an SSH channel: {exc}") from None
-        cmd = f"{shlex.quote(h.python)} -c {shlex.quote(BOOTSTRAP)}"
+        chan = self._session()
         req = json.dumps(request).encode()
-        head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC + b"%d\n" % len(req) + req
+        head = b"%d\n" % len(req) + req
         deadline = time.monotonic() + timeout
-        out = bytearray()
-        errb = bytearray()
+        out, errb = self._out, self._err
         result: dict[str, Any] | None = None
 
         def pump() -> None:
@@ -203,9 +258,10 @@ class HostConnection:
             while chan.recv_stderr_ready():
                 errb.extend(chan.recv_stderr(65536))
                 del errb[:-20000]
-            while b"\n" in out:
-                line, _, rest = bytes(out).partition(b"\n")
-                out[:] = rest
+            while result is None and b"\n" in out:
+                i = out.index(b"\n")
+                line = bytes(out[:i])
+                del out[: i + 1]
                 if line.startswith(b"DDTREE-EVENT ") and on_event:
                     try:
                         on_event(json.loads(line[13:]))
@@ -216,23 +272,21 @@ class HostConnection:
 
         def check_cancel() -> None:
             if cancel is not None and cancel.is_set():
-                chan.close()
+                self._drop_session()
                 raise Interrupted(f"{h.name}: interrupted")
             if time.monotonic() > deadline:
-                chan.close()
+                self._drop_session()
                 raise RemoteError(f"{h.name}: the host did not answer within {timeout:.0f}s")
 
         try:
-            chan.exec_command(cmd)
-            chunks = [head] + list(payload or [])
-            for blob in chunks:
+            for blob in [head] + list(payload or []):
                 view = memoryview(blob)
                 step = 16384 if throttle else 1 << 18
                 while view:
                     check_cancel()
                     n = chan.send(view[:step])
                     if n <= 0:
-                        raise RemoteError(f"{h.name}: connection closed while uploading")
+                        raise EOFError("channel closed")
                     view = view[n:]
                     self.bytes_sent += n
                     if on_sent and blob is not head:
@@ -240,26 +294,30 @@ class HostConnection:
                     pump()
                     if throttle:
                         time.sleep(throttle)
-            chan.shutdown_write()
-            while True:
+            while result is None:
                 check_cancel()
                 pump()
+                if result is not None:
+                    break
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if chan.closed and not chan.recv_ready():
                     break
-                time.sleep(0.002)
-            pump()
-            status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+                select.select([chan], [], [], 0.05)  # wakes on stdout/stderr data or EOF
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            self._drop_session()
             raise RemoteError(f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}) from None
-        finally:
-            chan.close()
         if result is None:
+            status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+            self._drop_session()
             tail = errb.decode("utf-8", "replace").strip()[-2000:]
-            if self.conn.transport is None or not self.conn.transport.is_active():
+            if self.conn is None or self.conn.transport is None or not self.conn.transport.is_active():
                 raise RemoteError(f"{h.name}: connection lost before the host answered",
                                   details={"host": h.name, "connection_lost": True})
+            if status in (126, 127):  # the shell could not run the interpreter: nothing ran
+                raise HostRefusedError(
+                    f"{h.name}: cannot run the host's python {h.python!r} (exit {status})" + (f": {tail}" if tail else ""),
+                    hint="fix `python` for this host in the inventory", details={"host": h.name})
             raise RemoteError(
                 f"{h.name}: the agent gave no result (exit {status}); is {h.python!r} a Python >= 3.8 on the host?"
                 + (f"\n{tail}" if tail else ""),

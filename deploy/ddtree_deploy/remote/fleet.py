@@ -90,9 +90,10 @@ class UI:
                 kw["completed"] = pct
             self.progress.update(self.tasks[host], **kw)
             return
+        key = text.split(" ")[0]  # plain lines: one per phase, not per progress tick
         with self._lock:
-            if self._last.get(host) != text:
-                self._last[host] = text
+            if self._last.get(host) != key:
+                self._last[host] = key
                 err.print(f"{host}: {text}", markup=False, highlight=False)
 
     def note(self, host: str, text: str) -> None:

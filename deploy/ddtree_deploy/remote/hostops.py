@@ -105,7 +105,9 @@ def load_build(build_dir: str | os.PathLike[str]) -> BuildSet:
 
 
 def new_deploy_id() -> str:
-    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+    """Sortable and unique: UTC time to the millisecond + 3 random bytes (the host also keeps a sequence)."""
+    t = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(t)) + f"{int(t * 1000) % 1000:03d}Z-" + secrets.token_hex(3)
 
 
 def whoami() -> str:
@@ -223,12 +225,20 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
             hint=(f"an interrupted deploy: ddtree-deploy status {h.name}, then ddtree-deploy rollback {h.name}"
                   if lock.get("alive") is False else f"wait, or if you are sure: ddtree-deploy lock release {h.name}"),
             details={"host": h.name, "holder": lock})
+    broken = [r for r in pr.get("records", []) if r.get("status") == "needs-human"]
+    if broken and not dry_run:
+        raise HostRefusedError(
+            f"{h.name}: deploy {broken[-1]['deploy_id']} could not be restored earlier and needs a human: "
+            + "; ".join(broken[-1].get("restore_problems", [])[:3]),
+            hint=f"ddtree-deploy status {h.name}; fix the backup/files, then ddtree-deploy rollback {h.name} "
+                 f"(or, after reinstalling sglang, remove {pr['state_dir']}/deploys/{broken[-1]['deploy_id']})",
+            details={"host": h.name, "needs_human": broken[-1]["deploy_id"]})
     if stuck and not lock and not dry_run:
         raise HostRefusedError(
             f"{h.name}: deploy {stuck[-1]['deploy_id']} was interrupted ({stuck[-1]['status']}); the host may be mixed",
             hint=f"ddtree-deploy rollback {h.name}", details={"host": h.name, "interrupted": stuck[-1]["deploy_id"]})
     sending = plan.to_send
-    if sending:
+    if sending and not test_hooks().get("skip_disk_check"):
         denied = []
         for fp in sending:
             info = pr["files"][fp.path]
@@ -242,7 +252,11 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
                                    details={"host": h.name, "denied": denied})
         need_site = sum(fp.size for fp in sending) + FREE_MARGIN
         need_state = sum((pr["files"][fp.path].get("size") or 0) for fp in sending) + FREE_MARGIN
-        free = pr.get("free_bytes", {})
+        free = dict(pr.get("free_bytes", {}))
+        per_dir = [pr["files"][fp.path].get("free") for fp in sending]
+        per_dir = [x for x in per_dir if x is not None]
+        if per_dir:
+            free["site"] = min(per_dir + ([free["site"]] if free.get("site") is not None else []))
         for key, need in (("site", need_site), ("state", need_state)):
             if free.get(key) is not None and free[key] < need:
                 raise HostRefusedError(
@@ -283,13 +297,13 @@ def apply(hc: HostConnection, bs: BuildSet, plan: Plan, *, deploy_id: str, why: 
     hooks = test_hooks()
     req = {
         "op": "apply", "package": bs.package, "site_packages": h.site_packages, "state_dir": h.state_dir,
-        "deploy_id": deploy_id, "who": whoami(), "user": getpass.getuser() if hasattr(getpass, "getuser") else None,
+        "deploy_id": deploy_id, "who": whoami(), "user": whoami().split("@")[0],
         "why": why, "series_id": bs.series_id, "version": bs.version,
         "files": [{"path": fp.path, "action": fp.action, "sha256": by_path[fp.path].patched_sha256,
                    "mode": by_path[fp.path].mode, "size": fp.size, "allowed_current": [fp.current_sha256]}
                   for fp in send],
         "smoke": {"compile": bs.compile_paths(), "modules": smoke_modules(h, bs), "timeout": h.smoke_timeout},
-        "test_hooks": {k: v for k, v in hooks.items() if k != "throttle"},
+        "test_hooks": {k: v for k, v in hooks.items() if k not in ("throttle", "skip_disk_check")},
     }
     payload = [by_path[fp.path].data or b"" for fp in send if fp.action != "delete"]
     return hc.run_agent(req, payload, on_event=on_event, on_sent=on_sent, cancel=cancel,
@@ -358,6 +372,8 @@ def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
                 series = bs.series_id  # type: ignore[union-attr]
             if state == "drifted":
                 state = "unknown"
+            elif state == "ours":  # an earlier series of ours
+                state = "patched"
         else:
             if (p, cur) in ours:
                 state, series = "patched", ours[(p, cur)]
@@ -373,6 +389,7 @@ def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
         "python_version": pr.get("python_version"), "lock": pr.get("lock"), "files": files,
         "last_deploy": {k: last.get(k) for k in ("deploy_id", "status", "series_id", "who", "started", "finished", "failure")} if last else None,
         "interrupted": stuck,
+        "needs_human": [r["deploy_id"] for r in records if r.get("status") == "needs-human"],
         "applied": [r["deploy_id"] for r in records if r.get("status") in APPLIED],
     }
 

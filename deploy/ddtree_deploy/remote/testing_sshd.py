@@ -131,6 +131,7 @@ class FakeHost:
     venv: Path | None = None
     site: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    data_root: Path | None = None  # where the venv and the state dir live (default: root)
 
     @property
     def keys(self) -> Path:
@@ -150,7 +151,7 @@ class FakeHost:
 
     @property
     def state_dir(self) -> Path:
-        return self.root / "state"
+        return (self.data_root or self.root) / "state"
 
     @property
     def python(self) -> Path:
@@ -159,15 +160,15 @@ class FakeHost:
 
     @classmethod
     def create(cls, root: Path, index: int, name: str | None = None, *, extra_site: list[str] | None = None,
-               venv_name: str = "venv") -> "FakeHost":
+               venv_name: str = "venv", data_root: Path | None = None) -> "FakeHost":
         """Keys + venv; call ``start()`` to run its sshd. ``index`` picks ``127.0.0.<index+2>``."""
         root = Path(root)
         (root / "keys").mkdir(parents=True, exist_ok=True)
-        h = cls(name=name or f"fake{index}", root=root, addr=f"127.0.0.{2 + index}")
+        h = cls(name=name or f"fake{index}", root=root, addr=f"127.0.0.{2 + index}", data_root=data_root)
         _keygen(h.host_key, f"{h.name}-host")
         _keygen(h.client_key, f"{h.name}-client")
         (h.keys / "authorized_keys").write_bytes(h.client_key.with_suffix(".pub").read_bytes())
-        h.venv = root / venv_name
+        h.venv = (data_root or root) / venv_name
         h.site = make_venv(h.venv, extra_site)
         h.known_hosts.touch()
         return h
@@ -182,7 +183,7 @@ class FakeHost:
         pub = self.host_key.with_suffix(".pub").read_text().split()
         self.known_hosts.write_text(f"[{self.addr}]:{self.port} {pub[0]} {pub[1]}\n")
 
-    def start(self, port: int | None = None) -> "FakeHost":
+    def start(self, port: int | None = None, clean_shell: bool | None = None) -> "FakeHost":
         if Path("/run/sshd").is_dir() is False:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.port = port or free_port(self.addr)
@@ -198,23 +199,48 @@ class FakeHost:
             "-o", "MaxStartups=100", "-o", "MaxSessions=50", "-o", "UseDNS=no",
             "-o", "Subsystem=sftp internal-sftp", "-o", "LogLevel=ERROR",
         ]
-        with open(log, "ab") as fh:
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
-        try:
-            wait_banner(self.addr, self.port)
-        except RuntimeError:
+        if clean_shell is None:
+            clean_shell = os.environ.get("DDTREE_DEPLOY_FAKEHOST_CLEAN_SHELL", "1") != "0"
+        rc = Path.home() / ".bashrc"
+        if clean_shell and os.geteuid() == 0 and shutil.which("unshare") and rc.exists():
+            # A private mount namespace in which the login user's ~/.bashrc is empty: bash sources it for
+            # every SSH exec, and on a dev box it may run slow tools (pyenv init...). Nothing outside changes.
+            # (Mounts made outside after this do not show inside: tests that mount pass clean_shell=False.)
+            ns = ["unshare", "-m", "--propagation", "slave", "sh", "-c",
+                  'mount --bind /dev/null "$0" && exec "$@"', str(rc), *cmd]
+            if self._spawn(ns, log, timeout=5.0):
+                return self
+        if not self._spawn(cmd, log, timeout=10.0):
             self.stop()
             raise RuntimeError(f"sshd for {self.name} did not start: {log.read_text(errors='replace')[-2000:]}")
         return self
 
+    def _spawn(self, cmd: list[str], log: Path, timeout: float) -> bool:
+        with open(log, "ab") as fh:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=fh, stderr=fh, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:  # died (e.g. no permission for a mount namespace)
+                self.proc = None
+                return False
+            try:
+                wait_banner(self.addr, self.port, timeout=0.5)
+                return True
+            except RuntimeError:
+                pass
+        self.stop()
+        return False
+
     def kill_sessions(self) -> None:
-        """Cut every open SSH connection of this host (session sshd processes), keeping the listener."""
+        """Cut every open SSH connection (the per-connection sshd processes), as a network failure would;
+        the listener and the commands the sessions started keep running."""
         if self.proc is None:
             return
-        for pid in _children(self.proc.pid):
+        for pid in descendants(self.proc.pid):
             try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                    os.kill(pid, signal.SIGKILL)
+            except (OSError, ProcessLookupError):
                 pass
 
     def stop(self, kill_descendants: bool = True) -> None:

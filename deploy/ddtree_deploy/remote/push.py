@@ -1,0 +1,256 @@
+"""The per-host pipelines behind ``push``, ``smoke``, ``rollback``, ``status``, ``history``, ``lock``."""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import RemoteError, RolledBackError, SmokeFailedError, UsageError
+from . import hostops
+from .connection import HostConnection, Interrupted
+from .fleet import UI, HostResult
+from .hostops import BuildSet
+from .inventory import HostConfig
+
+PHASES = {"receiving": 35, "backup": 45, "staging": 55, "commit": 65, "compile": 75, "smoke": 85, "restore": 90}
+
+
+@dataclass
+class PushOptions:
+    dry_run: bool = False
+    accept_new_host_key: bool = False
+    restart: bool = False
+    no_rollback: bool = False
+    why: str | None = None
+
+
+def _connect(h: HostConfig, ui: UI, accept_new: bool) -> HostConnection:
+    ui.phase(h.name, "connecting", 5)
+    hc = HostConnection(h, accept_new_host_key=accept_new).open()
+    if hc.new_host_key:
+        ui.note(h.name, f"recorded new host key {hc.new_host_key} in {h.known_hosts_path}")
+    return hc
+
+
+def _event_cb(h: HostConfig, ui: UI):
+    def cb(ev: dict[str, Any]) -> None:
+        ph = ev.get("phase", "")
+        if ph == "test-hook":
+            return
+        ui.phase(h.name, ph, PHASES.get(ph))
+    return cb
+
+
+def file_diff(fp: hostops.FilePlan, new: bytes | None) -> str:
+    old = fp.content
+    if fp.current_sha256 is None:
+        old_lines: list[str] = []
+    elif old is None:
+        return f"--- {fp.path} (on host: {fp.current_sha256}, not shown)\n"
+    else:
+        old_lines = old.decode("utf-8", "replace").splitlines(keepends=True)
+    new_lines = [] if new is None else new.decode("utf-8", "replace").splitlines(keepends=True)
+    a = f"a/{fp.path}" if fp.current_sha256 else "/dev/null"
+    b = f"b/{fp.path}" if new is not None else "/dev/null"
+    return "".join(difflib.unified_diff(old_lines, new_lines, a, b))
+
+
+def push_pipeline(bs: BuildSet, opts: PushOptions):
+    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+        if opts.restart and not h.restart_command:
+            raise UsageError(f"{h.name}: --restart, but the inventory has no restart_command for this host",
+                             hint=f"add restart_command (and health_url) to [hosts.{h.name}], or drop --restart")
+        hc = _connect(h, ui, opts.accept_new_host_key)
+        try:
+            ui.phase(h.name, "preflight", 15)
+            plan = hostops.preflight(hc, bs, dry_run=opts.dry_run)
+            send = plan.to_send
+            files = [{"path": f.path, "state": f.state, "action": f.action, "send": f.send} for f in plan.files]
+            if opts.dry_run:
+                hostops.with_contents(hc, plan, bs)
+                by_path = {f.path: f for f in bs.files}
+                diffs = {fp.path: file_diff(fp, by_path[fp.path].data) for fp in send}
+                lock = plan.probe.get("lock")
+                msg = f"would change {len(send)} file(s) ({plan.bytes_to_send} bytes); wrote nothing"
+                if lock:
+                    msg += f"; NOTE: the deploy lock is held by {lock.get('who')} ({lock.get('deploy_id')})"
+                return HostResult(h.name, True, "would-change" if send else "unchanged", 0, msg,
+                                  data={"files": files, "diffs": diffs})
+            if not send:
+                return HostResult(h.name, True, "unchanged", 0,
+                                  f"already patched with {bs.series_id}: nothing to send",
+                                  data={"files": files, "wire_bytes": hc.bytes_sent})
+            deploy_id = hostops.new_deploy_id()
+            sent = [0]
+
+            def on_sent(n: int) -> None:
+                sent[0] += n
+                total = max(1, plan.bytes_to_send)
+                ui.phase(h.name, f"uploading {sent[0]}/{total} bytes", 20 + 15 * sent[0] / total)
+
+            ui.phase(h.name, "uploading", 20)
+            try:
+                rec = hostops.apply(hc, bs, plan, deploy_id=deploy_id, why=opts.why, on_event=_event_cb(h, ui),
+                                    on_sent=on_sent, cancel=cancel)
+            except Interrupted:
+                raise Interrupted(
+                    f"{h.name}: interrupted during deploy {deploy_id}; a partial upload is discarded by the host, a "
+                    f"complete one finishes (or rolls back) on its own and is recorded",
+                    hint=f"ddtree-deploy status {h.name}", details={"deploy_id": deploy_id}) from None
+            except RemoteError as exc:
+                exc.details.setdefault("deploy_id", deploy_id)
+                if exc.details.get("connection_lost"):
+                    exc.hint = exc.hint or f"check, then undo if needed: ddtree-deploy status {h.name}; ddtree-deploy rollback {h.name}"
+                raise
+            result = HostResult(h.name, True, "deployed", 0,
+                                f"deployed {bs.series_id}: {len(send)} file(s), compile + smoke ok",
+                                deploy_id=deploy_id, files_sent=len(send), bytes_sent=plan.bytes_to_send,
+                                data={"files": files, "checks": rec.get("checks"), "wire_bytes": hc.bytes_sent})
+            if opts.restart:
+                _service_step(hc, bs, deploy_id, opts, ui, cancel)
+                result.message += "; restarted, healthy"
+            return result
+        finally:
+            hc.close()
+    return run
+
+
+HEALTH_SRC = r"""
+import sys, time, urllib.request
+url, timeout = sys.argv[1], float(sys.argv[2])
+deadline = time.time() + timeout
+last = "no attempt"
+while time.time() < deadline:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            if 200 <= r.status < 300:
+                print("healthy"); sys.exit(0)
+            last = "HTTP %d" % r.status
+    except Exception as e:
+        last = "%s: %s" % (type(e).__name__, e)
+    time.sleep(1)
+print("unhealthy: " + last); sys.exit(1)
+"""
+
+
+def _restart(hc: HostConnection, ui: UI) -> tuple[bool, str]:
+    h = hc.host
+    if not h.restart_command:
+        return False, "no restart_command in the inventory"
+    ui.phase(h.name, "restarting", 92)
+    assert hc.conn is not None
+    r = hc.conn.run(h.restart_command, hide=True, warn=True, timeout=int(h.health_timeout) + 60, in_stream=False)
+    if r.failed:
+        return False, f"restart_command exited {r.exited}: {(r.stderr or r.stdout).strip()[-500:]}"
+    if h.health_url:
+        ui.phase(h.name, "waiting for health", 95)
+        cmd = f"{shlex.quote(h.python)} -c {shlex.quote(HEALTH_SRC)} {shlex.quote(h.health_url)} {h.health_timeout:g}"
+        r = hc.conn.run(cmd, hide=True, warn=True, timeout=int(h.health_timeout) + 30, in_stream=False)
+        if r.failed:
+            return False, f"health check {h.health_url} failed: {r.stdout.strip()[-300:]}"
+    return True, "ok"
+
+
+def _service_step(hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOptions, ui: UI,
+                  cancel: threading.Event) -> None:
+    h = hc.host
+    ok, why = _restart(hc, ui)
+    if ok:
+        ui.phase(h.name, "smoke (after restart)", 97)
+        chk = hostops.smoke(hc, bs, cancel=cancel)["checks"]
+        if not chk.get("ok"):
+            ok, why = False, f"smoke after restart failed ({chk.get('failed_step')}): {chk.get('output_tail', '')[-300:]}"
+    if ok:
+        return
+    if opts.no_rollback:
+        raise SmokeFailedError(f"{h.name}: {why}; left deployed ({deploy_id}) because of --no-rollback",
+                               hint=f"ddtree-deploy rollback {h.name}", details={"deploy_id": deploy_id})
+    ui.phase(h.name, "rolling back", 98)
+    hostops.rollback(hc, to=None, why=f"service step failed: {why}", expect_latest=deploy_id)
+    ok2, why2 = _restart(hc, ui)
+    raise RolledBackError(f"{h.name}: {why}; rolled back {deploy_id} (verified)"
+                          + ("" if ok2 else f"; the restart after rollback ALSO failed: {why2}"),
+                          hint=f"ddtree-deploy status {h.name}", details={"deploy_id": deploy_id})
+
+
+def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
+    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+        with _connect(h, ui, accept_new) as hc:
+            ui.phase(h.name, "smoke", 30)
+            res = hostops.smoke(hc, bs, on_event=_event_cb(h, ui), cancel=cancel)
+            chk = res["checks"]
+            if not chk.get("ok"):
+                raise SmokeFailedError(
+                    f"{h.name}: {chk.get('failed_step')} failed on the host (nothing was changed):\n"
+                    + chk.get("output_tail", "")[-1500:], hint=f"ddtree-deploy rollback {h.name}",
+                    details={"checks": chk})
+            return HostResult(h.name, True, "smoke-ok", 0,
+                              f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)",
+                              data={"checks": chk})
+    return run
+
+
+def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None = None):
+    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+        with _connect(h, ui, accept_new) as hc:
+            ui.phase(h.name, "rolling back", 30)
+            res = hostops.rollback(hc, to=to, why=why, on_event=_event_cb(h, ui), cancel=cancel)
+            undone = res.get("undone", [])
+            if not undone:
+                return HostResult(h.name, True, "unchanged", 0, res.get("note", "nothing to roll back"), data=res)
+            ids = ", ".join(u["deploy_id"] for u in undone)
+            n = sum(len(u["files"]) for u in undone)
+            return HostResult(h.name, True, "rolled-back", 0, f"undid {ids}: {n} file(s) restored and verified",
+                              deploy_id=undone[0]["deploy_id"], files_sent=0, data=res)
+    return run
+
+
+def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
+    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+        with _connect(h, ui, accept_new) as hc:
+            ui.phase(h.name, "status", 50)
+            st = hostops.status(hc, bs)
+            counts: dict[str, int] = {}
+            for f in st["files"]:
+                counts[f["state"]] = counts.get(f["state"], 0) + 1
+            summary = ", ".join(f"{v} {k}" for k, v in sorted(counts.items())) or "no tracked files"
+            if st["interrupted"]:
+                summary += f"; INTERRUPTED deploy {st['interrupted'][-1]}: run rollback"
+            if st["needs_human"]:
+                summary += f"; deploy {st['needs_human'][-1]} NEEDS A HUMAN (restore failed)"
+            if st["lock"]:
+                summary += f"; locked by {st['lock'].get('who')} ({st['lock'].get('deploy_id')})"
+            ok = not st["interrupted"] and not st["needs_human"] and not counts.get("unknown")
+            return HostResult(h.name, True, "ok" if ok else "attention", 0, summary, data=st)
+    return run
+
+
+def history_pipeline(limit: int | None, accept_new: bool = False):
+    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+        with _connect(h, ui, accept_new) as hc:
+            entries = hostops.history(hc, limit)
+            return HostResult(h.name, True, "ok", 0, f"{len(entries)} entries", data={"entries": entries})
+    return run
+
+
+def lock_pipeline(action: str, accept_new: bool = False):
+    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+        with _connect(h, ui, accept_new) as hc:
+            if action == "status":
+                lk = hostops.lock_status(hc)
+                if not lk:
+                    return HostResult(h.name, True, "free", 0, "no deploy lock held", data={"lock": None})
+                alive = {True: "alive", False: "its process is GONE", None: "liveness unknown"}[lk.get("alive")]
+                return HostResult(h.name, True, "held", 0,
+                                  f"held by {lk.get('who')} since {lk.get('when')} ({lk.get('op')} {lk.get('deploy_id')}, "
+                                  f"why: {lk.get('why') or '-'}; {alive})", data={"lock": lk})
+            res = hostops.lock_release(hc)
+            if not res.get("released"):
+                return HostResult(h.name, True, "free", 0, "no deploy lock was held", data=res)
+            holder = res.get("holder") or {}
+            return HostResult(h.name, True, "released", 0,
+                              f"released the lock of {holder.get('who')} ({holder.get('deploy_id')})", data=res)
+    return run

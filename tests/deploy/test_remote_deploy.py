@@ -1,0 +1,592 @@
+"""Remote deployment over real SSH (issue 3): every test talks to real sshd processes on loopback."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from deploy_fixtures import (  # noqa: F401 (fixtures)
+    MARKER, SPEC_INFO, builds, cli, cli_subprocess, fleet, light_site, make_build, needs_sshd, start_fleet, tree_hashes,
+    wheel,
+)
+
+pytestmark = needs_sshd
+
+
+def records(h) -> list[dict]:
+    base = h.state_dir / "deploys"
+    if not base.exists():
+        return []
+    out = []
+    for d in sorted(base.iterdir()):
+        try:
+            out.append(json.loads((d / "record.json").read_text()))
+        except (FileNotFoundError, ValueError):  # being written right now
+            pass
+    return out
+
+
+def audit(h) -> list[dict]:
+    p = h.state_dir / "audit.log"
+    return [json.loads(line) for line in p.read_text().splitlines()] if p.exists() else []
+
+
+def manifest_hashes(build: Path) -> dict[str, str | None]:
+    m = json.loads((build / "manifest.json").read_text())
+    return {f["path"]: f["patched_sha256"] for f in m["files"]}
+
+
+def host_hashes(h, paths) -> dict[str, str | None]:
+    import hashlib
+
+    out = {}
+    for p in paths:
+        f = h.site / p
+        out[p] = hashlib.sha256(f.read_bytes()).hexdigest() if f.exists() else None
+    return out
+
+
+def no_temp_files(h) -> bool:
+    return not [p for p in h.site.rglob("*ddtree-*.tmp")]
+
+
+def wait_for(pred, timeout=20.0, step=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(step)
+    return False
+
+
+# --- the round trip ---------------------------------------------------------------------------------
+
+
+def test_push_status_smoke_rollback_round_trip(fleet, builds, cli, light_site):
+    inv = fleet.inventory
+    before = {h.name: tree_hashes(h.site) for h in fleet.hosts}
+    code, out, err = cli("push", "--all", "--build", builds["good"], "--inventory", inv, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["ok"] and [r["status"] for r in doc["hosts"]] == ["deployed", "deployed"]
+    want = manifest_hashes(builds["good"])
+    for h in fleet.hosts:
+        assert host_hashes(h, want) == want
+        assert no_temp_files(h)
+        (rec,) = records(h)
+        assert rec["status"] == "deployed" and rec["series_id"] == "sglang-0.5.23+good"
+        # backups live outside site-packages and verify
+        backup = h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO
+        assert backup.read_bytes() == (light_site / SPEC_INFO).read_bytes()
+        assert not (h.state_dir / "lock").exists()
+        assert [e["result"] for e in audit(h)] == ["deployed"]
+
+    code, out, err = cli("status", "fake0", "--build", builds["good"], "--inventory", inv, "--json")
+    assert code == 0, err
+    st = json.loads(out)["hosts"][0]["data"]
+    assert {f["state"] for f in st["files"]} == {"patched"}
+    assert {f["series"] for f in st["files"]} == {"sglang-0.5.23+good"}
+    assert st["lock"] is None and st["last_deploy"]["status"] == "deployed"
+
+    code, out, err = cli("smoke", "--all", "--inventory", inv, "--json")
+    assert code == 0, err
+    assert all(r["data"]["checks"]["ok"] for r in json.loads(out)["hosts"])
+
+    code, out, err = cli("rollback", "--all", "--inventory", inv, "--json")
+    assert code == 0, err
+    for h in fleet.hosts:
+        assert tree_hashes(h.site) == before[h.name]  # byte-exact, modes too, created dirs gone
+        assert records(h)[0]["status"] == "undone"
+        assert [e["op"] for e in audit(h)] == ["push", "rollback"]
+
+    code, out, err = cli("status", "fake1", "--build", builds["good"], "--inventory", inv, "--json")
+    assert {f["state"] for f in json.loads(out)["hosts"][0]["data"]["files"]} == {"pristine"}
+
+    code, out, err = cli("history", "fake1", "--inventory", inv)
+    assert code == 0 and "push" in out and "rollback" in out
+
+    code, out, err = cli("rollback", "fake1", "--inventory", inv)
+    assert code == 0 and "nothing to roll back" in err
+
+
+def test_repush_sends_nothing_and_upgrade_and_rollback_to(fleet, builds, cli):
+    inv = fleet.inventory
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    assert cli("push", "fake0", "--build", builds["good"], "--inventory", inv)[0] == 0
+    code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", inv, "--json")
+    assert code == 0, err
+    r = json.loads(out)["hosts"][0]
+    assert r["status"] == "unchanged" and r["files_sent"] == 0 and r["bytes_sent"] == 0
+    assert "nothing to send" in r["message"]
+    assert len(records(h)) == 1
+    first = records(h)[0]["deploy_id"]
+    # a newer series replaces our own earlier files (recognised from the host's records)
+    code, out, err = cli("push", "fake0", "--build", builds["good2"], "--inventory", inv, "--json")
+    assert code == 0, err
+    assert host_hashes(h, manifest_hashes(builds["good2"])) == manifest_hashes(builds["good2"])
+    # --to FIRST undoes everything after FIRST: back to the "good" state
+    code, out, err = cli("rollback", "fake0", "--to", first, "--inventory", inv)
+    assert code == 0, err
+    assert host_hashes(h, manifest_hashes(builds["good"])) == manifest_hashes(builds["good"])
+    code, out, err = cli("rollback", "fake0", "--to", "nosuch", "--inventory", inv)
+    assert code == 2
+    code, out, err = cli("rollback", "fake0", "--to", "pristine", "--inventory", inv)
+    assert code == 0, err
+    assert tree_hashes(h.site) == before
+
+
+def test_site_packages_asked_from_the_interpreter(fleet, builds, cli):
+    del fleet.overrides["fake1"]["site_packages"]
+    fleet.rewrite_inventory()
+    h = fleet.host("fake1")
+    code, out, err = cli("push", "fake1", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    assert code == 0, err
+    assert host_hashes(h, manifest_hashes(builds["good"])) == manifest_hashes(builds["good"])
+    assert records(h)[0]["site_packages"] == str(h.site)
+
+
+def test_corrupt_backup_makes_rollback_fail_loudly(fleet, builds, cli, light_site):
+    h = fleet.host("fake0")
+    assert cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory)[0] == 0
+    (rec,) = records(h)
+    (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).write_bytes(b"corrupted")
+    code, out, err = cli("rollback", "fake0", "--inventory", fleet.inventory, "--json")
+    assert code == 9
+    r = json.loads(out)["hosts"][0]
+    assert "backup of " + SPEC_INFO in r["message"] and "status" in r["hint"]
+    assert records(h)[0]["status"] == "needs-human"
+    # the file we could not restore is left as deployed, not half-written
+    assert host_hashes(h, [SPEC_INFO]) == {SPEC_INFO: manifest_hashes(builds["good"])[SPEC_INFO]}
+    assert no_temp_files(h)
+    code, out, err = cli("status", "fake0", "--inventory", fleet.inventory)
+    assert "NEEDS A HUMAN" in out
+    assert cli("push", "fake0", "--build", builds["good2"], "--inventory", fleet.inventory)[0] == 6
+    # a human repairs the backup; rollback retries and succeeds
+    (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).write_bytes((light_site / SPEC_INFO).read_bytes())
+    assert cli("rollback", "fake0", "--inventory", fleet.inventory)[0] == 0
+    assert tree_hashes(h.site) == tree_hashes(light_site)
+
+
+def test_dry_run_writes_nothing_and_shows_diff(fleet, builds, cli):
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    code, out, err = cli("push", "fake0", "--dry-run", "--build", builds["good"], "--inventory", fleet.inventory)
+    assert code == 0, err
+    assert "+def ddtree_test_marker():" in out and "--- /dev/null" in out
+    assert tree_hashes(h.site) == before
+    assert not h.state_dir.exists()
+
+
+# --- refusals before any write -----------------------------------------------------------------------
+
+
+def test_unknown_host_key_refused_then_accepted(fleet, builds, cli):
+    h = fleet.host("fake0")
+    h.known_hosts.write_text("")
+    before = tree_hashes(h.site)
+    code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    assert code == 6
+    r = json.loads(out)["hosts"][0]
+    assert r["error"] == "HostKeyError" and "unknown host key" in r["message"] and "SHA256:" in r["message"]
+    assert "--accept-new-host-key" in r["hint"]
+    assert h.known_hosts.read_text() == "" and tree_hashes(h.site) == before and not h.state_dir.exists()
+    code, out, err = cli("status", "fake0", "--inventory", fleet.inventory, "--accept-new-host-key")
+    assert code == 0, err
+    assert f"[{h.addr}]:{h.port} ssh-ed25519" in h.known_hosts.read_text()
+    assert cli("status", "fake0", "--inventory", fleet.inventory)[0] == 0  # now known
+
+
+def test_changed_host_key_refused_even_with_accept_new(fleet, builds, cli):
+    h = fleet.host("fake0")
+    port = h.port
+    h.stop()
+    h.regenerate_host_key()
+    h.start(port)
+    before = tree_hashes(h.site)
+    for extra in ([], ["--accept-new-host-key"]):
+        code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json", *extra)
+        assert code == 6
+        r = json.loads(out)["hosts"][0]
+        assert r["error"] == "HostKeyError" and "CHANGED" in r["message"] and "ssh-keygen -R" in r["hint"]
+    assert tree_hashes(h.site) == before and not h.state_dir.exists()
+
+
+def test_host_known_with_another_key_type_refused(fleet, builds, cli, tmp_path):
+    h = fleet.host("fake1")
+    subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(tmp_path / "other")], check=True)
+    t, b64 = (tmp_path / "other.pub").read_text().split()[:2]
+    h.known_hosts.write_text(f"[{h.addr}]:{h.port} {t} {b64}\n")
+    code, out, err = cli("push", "fake1", "--build", builds["good"], "--inventory", fleet.inventory, "--json",
+                         "--accept-new-host-key")
+    assert code == 6
+    r = json.loads(out)["hosts"][0]
+    assert r["error"] == "HostKeyError" and ("CHANGED" in r["message"] or "ecdsa" in r["message"])
+    assert "ssh-ed25519" not in h.known_hosts.read_text() and not h.state_dir.exists()
+
+
+def test_drifted_host_refused_before_any_write_others_continue(fleet, builds, cli):
+    h0, h1 = fleet.hosts
+    with open(h0.site / SPEC_INFO, "ab") as fh:
+        fh.write(b"# local hotfix\n")
+    before = tree_hashes(h0.site)
+    code, out, err = cli("push", "--all", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    assert code == 10  # several hosts asked, some failed
+    r0, r1 = json.loads(out)["hosts"]
+    assert r0["error"] == "DriftError" and r0["exit_code"] == 6 and SPEC_INFO in r0["message"]
+    assert r1["status"] == "deployed"
+    assert tree_hashes(h0.site) == before and not h0.state_dir.exists()
+    code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory)
+    assert code == 6
+    code, out, err = cli("status", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    states = {f["path"]: f["state"] for f in json.loads(out)["hosts"][0]["data"]["files"]}
+    assert states[SPEC_INFO] == "unknown"
+
+
+def test_permission_denied_immutable_file(fleet, builds, cli):
+    h = fleet.host("fake0")
+    target = h.site / SPEC_INFO
+    if subprocess.run(["chattr", "+i", str(target)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i not supported on this filesystem")
+    try:
+        before = tree_hashes(h.site)
+        code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+        assert code == 6
+        r = json.loads(out)["hosts"][0]
+        assert "permission denied" in r["message"] and SPEC_INFO in r["message"]
+        assert tree_hashes(h.site) == before and not h.state_dir.exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(target)])
+
+
+def test_permission_denied_read_only_bind_mount(fleet, builds, cli):
+    h = fleet.host("fake1")
+    h.stop()
+    h.start(h.port, clean_shell=False)  # its sshd must see our mounts: no private mount namespace
+    d = h.site / "sglang" / "srt" / "speculative"
+    if subprocess.run(["mount", "--bind", "-o", "ro", str(d), str(d)], capture_output=True).returncode != 0:
+        pytest.skip("cannot bind-mount read-only here")
+    try:
+        code, out, err = cli("push", "fake1", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+        assert code == 6, err
+        assert "permission denied" in json.loads(out)["hosts"][0]["message"]
+        assert not h.state_dir.exists()
+    finally:
+        subprocess.run(["umount", str(d)])
+
+
+def test_disk_full(tmp_path, light_site, builds, cli):
+    """A small tmpfs as the host's site-packages: preflight refuses; forced past it, ENOSPC rolls back."""
+    f = start_fleet(tmp_path, 1, light_site)
+    h = f.hosts[0]
+    h.stop()
+    h.start(h.port, clean_shell=False)  # its sshd must see our mounts: no private mount namespace
+    mnt = h.site / "sglang" / "srt" / "speculative"
+    saved = tmp_path / "saved"
+    import shutil
+
+    shutil.copytree(mnt, saved)
+    size = sum(p.stat().st_size for p in saved.rglob("*") if p.is_file())
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size + (1 << 20)}", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        f.stop()
+        pytest.skip("cannot mount a tmpfs here (not root?)")
+    try:
+        shutil.copytree(saved, mnt, dirs_exist_ok=True)
+        before = tree_hashes(h.site)
+        code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", f.inventory, "--json")
+        assert code == 6
+        assert "not enough free disk" in json.loads(out)["hosts"][0]["message"]
+        assert tree_hashes(h.site) == before and not h.state_dir.exists()
+        os.environ["DDTREE_DEPLOY_TEST_HOOKS"] = json.dumps({"skip_disk_check": 1})
+        try:
+            code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", f.inventory, "--json")
+        finally:
+            del os.environ["DDTREE_DEPLOY_TEST_HOOKS"]
+        assert code == 8, out + err  # failed after writing, restored and verified
+        r = json.loads(out)["hosts"][0]
+        assert "No space left" in r["message"] and "restored" in r["message"]
+        assert tree_hashes(h.site) == before and no_temp_files(h)
+        assert records(h)[0]["status"] == "aborted"
+    finally:
+        subprocess.run(["umount", str(mnt)])
+        f.stop()
+
+
+# --- failures after writing ---------------------------------------------------------------------------
+
+
+def test_smoke_failure_rolls_back_to_pristine(fleet, builds, cli):
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    code, out, err = cli("push", "fake0", "--build", builds["bad"], "--inventory", fleet.inventory, "--json")
+    assert code == 8, err
+    r = json.loads(out)["hosts"][0]
+    assert r["error"] == "RolledBackError" and "smoke failed" in r["message"]
+    assert "ddtree smoke failure on purpose" in r["data"]["checks"]["output_tail"]
+    assert tree_hashes(h.site) == before and no_temp_files(h)
+    (rec,) = records(h)
+    assert rec["status"] == "rolled-back"
+    assert audit(h)[-1]["result"].startswith("rolled-back")
+    assert not (h.state_dir / "lock").exists()
+
+
+def test_smoke_timeout_rolls_back(fleet, builds, cli):
+    fleet.overrides["fake0"]["smoke_timeout"] = 2
+    fleet.rewrite_inventory()
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    code, out, err = cli("push", "fake0", "--build", builds["slow"], "--inventory", fleet.inventory, "--json")
+    assert code == 8
+    r = json.loads(out)["hosts"][0]
+    assert "timed out after 2" in r["data"]["checks"]["output_tail"]
+    assert tree_hashes(h.site) == before
+
+
+def test_restart_without_restart_command_is_refused_before_writing(fleet, builds, cli):
+    code, out, err = cli("push", "fake0", "--restart", "--build", builds["good"], "--inventory", fleet.inventory)
+    assert code == 2 and "restart_command" in err
+    assert not fleet.host("fake0").state_dir.exists()
+
+
+def _start_push(fleet, build, host="fake0", hooks=None, extra=()):
+    env = {"DDTREE_DEPLOY_TEST_HOOKS": json.dumps(hooks)} if hooks else {}
+    return cli_subprocess(["push", host, "--build", str(build), "--inventory", str(fleet.inventory), *extra], env)
+
+
+def test_connection_killed_mid_upload_leaves_host_pristine(fleet, builds, cli):
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    p = _start_push(fleet, builds["big"], hooks={"throttle": 0.02})
+    try:
+        assert wait_for(lambda: len(__import__("ddtree_deploy.remote.testing_sshd", fromlist=["x"]).descendants(h.proc.pid)) >= 2, 20)
+        time.sleep(1.0)  # well into the (throttled) 3 MB upload
+        h.stop()  # the sshd and all its sessions die
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode not in (0, None), err
+    assert b"connection" in err.lower() or b"closed" in err.lower()
+    assert tree_hashes(h.site) == before and no_temp_files(h)
+    assert not (h.state_dir / "lock").exists()
+    h.start(h.port)
+    code, out, err = cli("status", "fake0", "--inventory", fleet.inventory, "--json")
+    assert code == 0 and json.loads(out)["hosts"][0]["data"]["interrupted"] == []
+
+
+def test_connection_killed_mid_commit_is_recorded_and_rollback_recovers(fleet, builds, cli):
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    p = _start_push(fleet, builds["big"], hooks={"between_renames": 1.0})
+    try:
+        def writing():
+            rs = records(h) if (h.state_dir / "deploys").exists() else []
+            return rs and rs[-1]["status"] == "writing"
+        assert wait_for(writing, 30, 0.01)
+        time.sleep(1.2)  # one rename done, the rest not: the host is mixed
+        h.stop()  # kills the agent too (SIGKILL to every descendant of sshd)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode != 0
+    assert tree_hashes(h.site) != before  # mixed...
+    (rec,) = records(h)
+    assert rec["status"] == "writing"  # ...but recorded
+    assert (h.state_dir / "lock").exists()
+    h.start(h.port)
+    code, out, err = cli("status", "fake0", "--inventory", fleet.inventory, "--json")
+    st = json.loads(out)["hosts"][0]
+    assert st["data"]["interrupted"] == [rec["deploy_id"]] and "rollback" in st["message"]
+    code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", fleet.inventory, "--json")
+    assert code == 7 and "process is gone" in json.loads(out)["hosts"][0]["message"]
+    code, out, err = cli("rollback", "fake0", "--inventory", fleet.inventory)
+    assert code == 0, err
+    assert tree_hashes(h.site) == before and no_temp_files(h)
+    assert not (h.state_dir / "lock").exists()
+    assert records(h)[0]["status"] == "rolled-back"
+
+
+def test_connection_cut_after_upload_host_finishes_on_its_own(fleet, builds):
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["good"], hooks={"before_commit": 1.0})
+    try:
+        assert wait_for(lambda: (h.state_dir / "lock" / "info.json").exists(), 30)
+        h.kill_sessions()  # the network drops; the agent on the host keeps going
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode != 0 and b"connection" in err.lower()
+    assert b"rollback" in err  # the hint says how to check / undo
+    assert wait_for(lambda: records(h) and records(h)[-1]["status"] == "deployed"
+                    and not (h.state_dir / "lock").exists(), 30)
+    want = manifest_hashes(builds["good"])
+    assert host_hashes(h, want) == want and no_temp_files(h)
+
+
+def test_concurrent_push_refused_by_lock_naming_holder(fleet, builds, cli):
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["good"], hooks={"before_commit": 4}, extra=["--why", "first push"])
+    try:
+        assert wait_for(lambda: (h.state_dir / "lock" / "info.json").exists(), 30)
+        code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+        assert code == 7
+        msg = json.loads(out)["hosts"][0]["message"]
+        assert "lock held by" in msg and "first push" in msg and "@" in msg
+        code, out, err = cli("lock", "status", "fake0", "--inventory", fleet.inventory)
+        assert code == 0 and "held" in out and "alive" in out
+        out, err = p.communicate(timeout=60)
+        assert p.returncode == 0, err
+    finally:
+        p.kill()
+    assert not (h.state_dir / "lock").exists()
+    code, out, err = cli("lock", "status", "fake0", "--inventory", fleet.inventory)
+    assert code == 0 and "free" in out
+
+
+def test_finishing_push_does_not_drop_a_lock_it_no_longer_holds(fleet, builds, cli):
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["good"], hooks={"before_commit": 2})
+    try:
+        assert wait_for(lambda: (h.state_dir / "lock" / "info.json").exists(), 30)
+        assert cli("lock", "release", "fake0", "--inventory", fleet.inventory)[0] == 0
+        (h.state_dir / "lock").mkdir()  # someone else takes the lock meanwhile
+        (h.state_dir / "lock" / "info.json").write_text(json.dumps({"who": "other@host", "pid": 1}))
+        p.communicate(timeout=60)
+    finally:
+        p.kill()
+    assert json.loads((h.state_dir / "lock" / "info.json").read_text())["who"] == "other@host"
+
+
+def test_lock_release(fleet, cli):
+    h = fleet.host("fake1")
+    (h.state_dir / "lock").mkdir(parents=True)
+    (h.state_dir / "lock" / "info.json").write_text(json.dumps({"who": "someone@else", "deploy_id": "x"}))
+    code, out, err = cli("lock", "release", "fake1", "--inventory", fleet.inventory)
+    assert code == 0 and "someone@else" in out
+    assert not (h.state_dir / "lock").exists()
+    assert audit(h)[-1]["op"] == "lock-release"
+
+
+def test_ctrl_c_mid_upload_leaves_consistent_recorded_state(fleet, builds):
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    p = _start_push(fleet, builds["big"], hooks={"throttle": 0.02})
+    try:
+        deadline = time.monotonic() + 30
+        buf = b""
+        os.set_blocking(p.stderr.fileno(), False)
+        while b"uploading" not in buf and time.monotonic() < deadline:
+            time.sleep(0.05)
+            buf += p.stderr.read() or b""
+        assert b"uploading" in buf
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130
+    assert wait_for(lambda: not (h.state_dir / "lock").exists(), 20)
+    assert tree_hashes(h.site) == before and no_temp_files(h)
+    assert wait_for(lambda: audit(h) and "aborted" in audit(h)[-1]["result"], 20)
+
+
+def test_ctrl_c_after_upload_host_finishes_and_records(fleet, builds):
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["good"], hooks={"before_commit": 1.5})
+    try:
+        assert wait_for(lambda: (h.state_dir / "lock" / "info.json").exists(), 30)
+        p.send_signal(signal.SIGINT)
+        p.wait(timeout=60)
+    finally:
+        p.kill()
+    assert p.returncode == 130
+    assert wait_for(lambda: records(h) and records(h)[-1]["status"] == "deployed" and not (h.state_dir / "lock").exists(), 30)
+    want = manifest_hashes(builds["good"])
+    assert host_hashes(h, want) == want
+
+
+# --- quoting ---------------------------------------------------------------------------------------
+
+
+def test_paths_with_spaces_and_shell_metacharacters(tmp_path, light_site, builds, cli):
+    weird = "host a;$(touch PWNED)`touch PWNED2` 'q\"b&|<>"
+    f = start_fleet(tmp_path, 1, light_site, root_names=[weird])
+    try:
+        h = f.hosts[0]
+        assert " " in str(h.python) and "$(" in str(h.state_dir)
+        before = tree_hashes(h.site)
+        code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", f.inventory)
+        assert code == 0, err
+        assert host_hashes(h, manifest_hashes(builds["good"])) == manifest_hashes(builds["good"])
+        assert cli("smoke", "fake0", "--inventory", f.inventory)[0] == 0
+        assert cli("rollback", "fake0", "--inventory", f.inventory)[0] == 0
+        assert tree_hashes(h.site) == before
+        for d in (Path.home(), Path.cwd(), tmp_path, h.root):
+            assert not list(d.glob("PWNED*"))
+    finally:
+        f.stop()
+
+
+# --- inventory / usage ---------------------------------------------------------------------------
+
+
+def test_unknown_host_and_bad_inventory(fleet, cli, tmp_path):
+    code, out, err = cli("push", "nosuch", "--inventory", fleet.inventory, "--build", tmp_path)
+    assert code == 2 and "nosuch" in err and "fake0" in err
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[hosts.x]\ntarget = 1\n")
+    code, out, err = cli("status", "x", "--inventory", bad)
+    assert code == 2 and "target" in err
+
+
+def test_wrong_interpreter_is_reported(fleet, builds, cli):
+    fleet.overrides["fake0"]["python"] = "/nonexistent/dir with space/python"
+    fleet.rewrite_inventory()
+    code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    assert code == 6
+    assert "cannot run the host's python" in json.loads(out)["hosts"][0]["message"]
+    assert not fleet.host("fake0").state_dir.exists()
+
+
+def test_shipped_inventory_parses(repo):
+    from ddtree_deploy.remote.inventory import load_inventory
+
+    inv = load_inventory(repo / "deploy" / "hosts.toml")
+    assert {"ct129", "ct200"} <= set(inv.hosts)
+    assert inv.hosts["ct129"].python.endswith("python")
+
+
+# --- the service step -----------------------------------------------------------------------------
+
+
+def test_restart_and_health_then_failed_health_rolls_back(fleet, builds, cli, tmp_path):
+    import http.server
+    import threading
+
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.SimpleHTTPRequestHandler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    marker = tmp_path / "restarted"
+    try:
+        fleet.overrides["fake0"].update(restart_command=f"echo x >> {marker}",
+                                        health_url=f"http://127.0.0.1:{srv.server_address[1]}/", health_timeout=5)
+        fleet.overrides["fake1"].update(restart_command=f"echo y >> {marker}",
+                                        health_url="http://127.0.0.1:9/", health_timeout=2)
+        fleet.rewrite_inventory()
+        code, out, err = cli("push", "--all", "--restart", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+        assert code == 10, err
+        r0, r1 = json.loads(out)["hosts"]
+        assert r0["status"] == "deployed" and "healthy" in r0["message"]
+        assert r1["status"] == "rolled-back" and "health check" in r1["message"]
+        assert marker.read_text().count("x") == 1 and marker.read_text().count("y") == 2  # restarted again after rollback
+        h1 = fleet.host("fake1")
+        assert records(h1)[0]["status"] == "undone"
+        want = manifest_hashes(builds["good"])
+        assert host_hashes(fleet.host("fake0"), want) == want
+    finally:
+        srv.shutdown()
