@@ -180,6 +180,10 @@ def test_dry_run_writes_nothing_and_shows_diff(fleet, builds, cli):
     code, out, err = cli("push", "fake0", "--dry-run", "--build", builds["good"], "--inventory", fleet.inventory)
     assert code == 0, err
     assert "+def ddtree_test_marker():" in out and "--- /dev/null" in out
+    code, short, err = cli("push", "fake0", "--dry-run", "--diff-lines", "2", "--build", builds["good"],
+                           "--inventory", fleet.inventory)
+    assert code == 0, err
+    assert "+def ddtree_test_marker():" not in short and "more diff line(s)" in short
     assert tree_hashes(h.site) == before
     assert not h.state_dir.exists()
 
@@ -590,3 +594,35 @@ def test_restart_and_health_then_failed_health_rolls_back(fleet, builds, cli, tm
         assert host_hashes(fleet.host("fake0"), want) == want
     finally:
         srv.shutdown()
+
+
+def test_smoke_runs_modules_and_a_failing_run_rolls_back(fleet, light_site, cli, tmp_path):
+    """``smoke_run`` modules (by default the DDTree probe) run as ``python -m M`` on the host after
+    the imports; a non-zero exit fails the smoke, and push rolls the host back to pristine."""
+    spec = (light_site / SPEC_INFO).read_bytes()
+    check_mod = (b"import sys\nRC = 0\nif __name__ == '__main__':\n    print('self-check verdict: ' + sys.argv[0])\n"
+                 b"    sys.exit(RC)\n")
+    ok = make_build(tmp_path / "ok", light_site, {
+        SPEC_INFO: spec + MARKER,
+        "sglang/srt/speculative/ddtree_smoke_ok.py": b"VALUE = 42\n",
+        "sglang/srt/speculative/ddtree_selfcheck.py": check_mod,
+    }, "sglang-0.5.23+selfcheck-ok")
+    bad = make_build(tmp_path / "bad", light_site, {
+        SPEC_INFO: spec + MARKER,
+        "sglang/srt/speculative/ddtree_smoke_ok.py": b"VALUE = 42\n",
+        "sglang/srt/speculative/ddtree_selfcheck.py": check_mod.replace(b"RC = 0", b"RC = 3"),
+    }, "sglang-0.5.23+selfcheck-bad")
+    fleet.overrides["fake0"]["smoke_run"] = ["sglang.srt.speculative.ddtree_selfcheck"]
+    fleet.rewrite_inventory()
+    h = fleet.host("fake0")
+    before = tree_hashes(h.site)
+    code, out, err = cli("push", "fake0", "--build", bad, "--inventory", fleet.inventory, "--json")
+    assert code == 8, err
+    r = json.loads(out)["hosts"][0]
+    assert r["data"]["checks"]["failed_step"] == "run sglang.srt.speculative.ddtree_selfcheck"
+    assert "self-check verdict" in r["data"]["checks"]["output_tail"]
+    assert tree_hashes(h.site) == before
+    code, out, err = cli("push", "fake0", "--build", ok, "--inventory", fleet.inventory, "--json")
+    assert code == 0, err
+    checks = json.loads(out)["hosts"][0]["data"]["checks"]
+    assert checks["run"] == ["sglang.srt.speculative.ddtree_selfcheck"] and checks["ok"]

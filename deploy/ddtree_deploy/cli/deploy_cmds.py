@@ -77,6 +77,8 @@ def push(
     restart: bool = typer.Option(False, "--restart", help="Then run the host's restart_command, wait for health_url, smoke again."),
     no_rollback: bool = typer.Option(False, "--no-rollback", help="With --restart: keep the deploy if the health check fails."),
     why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the lock and the audit log."),
+    diff_lines: Optional[int] = typer.Option(
+        None, "--diff-lines", min=0, help="With --dry-run: show at most N lines of each file's diff (default: all)."),
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
@@ -100,8 +102,11 @@ def push(
             for r in results:
                 for path, diff in (r.data.get("diffs") or {}).items():
                     out_line(f"# {r.host}: {path}")
-                    if diff:
-                        out_line(diff.rstrip("\n"))
+                    lines = diff.rstrip("\n").split("\n") if diff else []
+                    if diff_lines is not None and len(lines) > diff_lines:
+                        lines = lines[:diff_lines] + [f"# ... {len(lines) - diff_lines} more diff line(s)"]
+                    if lines:
+                        out_line("\n".join(lines))
         code = finish(title, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
     _exit(code)
 

@@ -394,8 +394,9 @@ for m in sys.argv[1:]:
 """
 
 
-def run_checks(site, paths, modules, timeout):
-    """py_compile every deployed .py, then import the smoke modules in a fresh interpreter."""
+def run_checks(site, paths, modules, timeout, run=()):
+    """py_compile every deployed .py, import the smoke modules in a fresh interpreter, then run
+    each ``run`` module as ``python -m M`` (e.g. the DDTree probe); any non-zero exit fails."""
     pys = [safe_join(site, p) for p in paths if p.endswith(".py") and os.path.exists(safe_join(site, p))]
     out = {"compiled": len(pys), "modules": list(modules)}
     work = tempfile.mkdtemp(prefix="ddtree-smoke-")
@@ -418,6 +419,9 @@ def run_checks(site, paths, modules, timeout):
             out["compile_seconds"] = round(time.time() - t0, 3)
         if modules:
             steps.append(("smoke", [sys.executable, "-c", SMOKE_SRC] + list(modules)))
+        for mod in run:
+            steps.append(("run " + mod, [sys.executable, "-m", mod]))
+        out["run"] = list(run)
         for name, cmd in steps:
             event(name, count=len(cmd) - 3)
             t0 = time.time()
@@ -632,7 +636,8 @@ def op_apply(req, stdin):
             got = file_sha(safe_join(site, f["path"]))
             if got != f.get("sha256"):
                 raise Fail("RemoteError", "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
-        checks = run_checks(site, req["smoke"]["compile"], req["smoke"]["modules"], req["smoke"]["timeout"])
+        checks = run_checks(site, req["smoke"]["compile"], req["smoke"]["modules"], req["smoke"]["timeout"],
+                            req["smoke"].get("run", ()))
         rec["checks"] = checks
         if not checks["ok"]:
             raise Fail("SmokeFailedError", "%s failed on the host" % checks["failed_step"], checks=checks)
@@ -749,7 +754,7 @@ def op_rollback(req, stdin):
 
 def op_smoke(req, stdin):
     site = find_site(req)
-    checks = run_checks(site, req["compile"], req["modules"], req["timeout"])
+    checks = run_checks(site, req["compile"], req["modules"], req["timeout"], req.get("run", ()))
     return {"checks": checks, "site_packages": site}
 
 

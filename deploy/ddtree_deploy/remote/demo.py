@@ -89,7 +89,8 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
         steps = [
             ("2. unknown host key: refused (nothing trusted by default)", ["status", "demo", *I], 6),
             ("3. accept it explicitly (recorded in the host's known_hosts)", ["status", "demo", "--accept-new-host-key", *I, *B], 0),
-            ("4. push --dry-run: a diff per file, nothing written", ["push", "demo", "--dry-run", *I, *B], 0),
+            ("4. push --dry-run: a diff per file (first lines), nothing written",
+             ["push", "demo", "--dry-run", "--diff-lines", "8", *I, *B], 0),
             ("5. push: preflight, lock, backup, atomic upload, compile + smoke, audit", ["push", "demo", "--why", "demo", *I, *B], 0),
             ("6. status", ["status", "demo", *I, *B], 0),
             ("7. smoke (re-run on what is deployed)", ["smoke", "demo", *I, *B], 0),

@@ -302,12 +302,26 @@ def apply(hc: HostConnection, bs: BuildSet, plan: Plan, *, deploy_id: str, why: 
         "files": [{"path": fp.path, "action": fp.action, "sha256": by_path[fp.path].patched_sha256,
                    "mode": by_path[fp.path].mode, "size": fp.size, "allowed_current": [fp.current_sha256]}
                   for fp in send],
-        "smoke": {"compile": bs.compile_paths(), "modules": smoke_modules(h, bs), "timeout": h.smoke_timeout},
+        "smoke": {"compile": bs.compile_paths(), "modules": smoke_modules(h, bs), "run": smoke_run(h, bs),
+                  "timeout": h.smoke_timeout},
         "test_hooks": {k: v for k, v in hooks.items() if k not in ("throttle", "skip_disk_check")},
     }
     payload = [by_path[fp.path].data or b"" for fp in send if fp.action != "delete"]
     return hc.run_agent(req, payload, on_event=on_event, on_sent=on_sent, cancel=cancel,
                         timeout=h.smoke_timeout * 2 + 600, throttle=hooks.get("throttle", 0.0))
+
+
+# A module the series ships that checks itself on the host (``python -m ...``, exit 0 = healthy).
+PROBE_MODULE = "sglang.srt.speculative.ddtree_probe"
+
+
+def smoke_run(h: HostConfig, bs: BuildSet | None) -> list[str]:
+    """Modules run as ``python -m M`` after the imports: the inventory's, else the DDTree probe if shipped."""
+    if h.smoke_run is not None:
+        return list(h.smoke_run)
+    if bs is None:
+        return []
+    return [PROBE_MODULE] if PROBE_MODULE in bs.default_smoke_modules() else []
 
 
 def smoke_modules(h: HostConfig, bs: BuildSet | None) -> list[str]:
@@ -345,7 +359,7 @@ def smoke(hc: HostConnection, bs: BuildSet | None, *, on_event=None, cancel=None
     if h.smoke_modules is None and not bs:
         mods = [p[:-3].replace("/", ".").removesuffix(".__init__") for p in paths if p.endswith(".py")]
     return hc.run_agent({"op": "smoke", "site_packages": h.site_packages, "compile": paths, "modules": mods,
-                         "timeout": h.smoke_timeout}, on_event=on_event, cancel=cancel, timeout=h.smoke_timeout * 2 + 60)
+                         "run": smoke_run(h, bs), "timeout": h.smoke_timeout}, on_event=on_event, cancel=cancel, timeout=h.smoke_timeout * 2 + 60)
 
 
 def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:

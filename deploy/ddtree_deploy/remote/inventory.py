@@ -22,7 +22,7 @@ DEFAULT_SMOKE_TIMEOUT = 300.0
 
 _STR_KEYS = ("target", "identity_file", "known_hosts", "python", "site_packages", "restart_command",
              "health_url", "state_dir")
-_KNOWN = set(_STR_KEYS) | {"smoke_modules", "smoke_timeout", "health_timeout", "bench", "description"}
+_KNOWN = set(_STR_KEYS) | {"smoke_modules", "smoke_run", "smoke_timeout", "health_timeout", "bench", "description"}
 
 
 @dataclass
@@ -34,6 +34,7 @@ class HostConfig:
     known_hosts: str | None = None
     site_packages: str | None = None
     smoke_modules: list[str] | None = None
+    smoke_run: list[str] | None = None  # modules run as `python -m M` after the imports
     restart_command: str | None = None
     health_url: str | None = None
     state_dir: str = DEFAULT_STATE_DIR
@@ -105,6 +106,9 @@ def _parse_host(name: str, table: Any, path: Path) -> HostConfig:
     mods = table.get("smoke_modules")
     if mods is not None and (not isinstance(mods, list) or not all(isinstance(m, str) for m in mods)):
         raise InventoryError(f"{where}: 'smoke_modules' must be a list of module names")
+    run = table.get("smoke_run")
+    if run is not None and (not isinstance(run, list) or not all(isinstance(m, str) and m for m in run)):
+        raise InventoryError(f"{where}: 'smoke_run' must be a list of module names (each run as python -m M)")
     for key in ("smoke_timeout", "health_timeout"):
         if key in table and (not isinstance(table[key], (int, float)) or table[key] <= 0):
             raise InventoryError(f"{where}: '{key}' must be a positive number of seconds")
@@ -116,6 +120,7 @@ def _parse_host(name: str, table: Any, path: Path) -> HostConfig:
         known_hosts=table.get("known_hosts"),
         site_packages=table.get("site_packages"),
         smoke_modules=list(mods) if mods is not None else None,
+        smoke_run=list(run) if run is not None else None,
         restart_command=table.get("restart_command"),
         health_url=table.get("health_url"),
         state_dir=table.get("state_dir") or DEFAULT_STATE_DIR,

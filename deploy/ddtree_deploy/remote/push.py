@@ -188,7 +188,8 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
                     + chk.get("output_tail", "")[-1500:], hint=f"ddtree-deploy rollback {h.name}",
                     details={"checks": chk})
             return HostResult(h.name, True, "smoke-ok", 0,
-                              f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)",
+                              f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)"
+                              + (f", ran {', '.join(chk['run'])}" if chk.get("run") else ""),
                               data={"checks": chk})
     return run
 
