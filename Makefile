@@ -9,13 +9,13 @@ PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv sshd snapshot demo test check build bench clean
+.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle clean
 
 help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
 	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
 	@echo "make check   ddtree-deploy check on the repo's series"
-	@echo "make bench   benchmarks (tables + plots under bench/)"
+	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
 
 venv: $(STAMP)
 
@@ -27,7 +27,10 @@ $(STAMP): pyproject.toml
 # The SSH tests and the demo run a real OpenSSH server on loopback.
 sshd:
 	@test -x /usr/sbin/sshd || { echo "installing openssh-server (apt)"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server >/dev/null; }
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
+	@command -v ssh-keygen >/dev/null && command -v scp >/dev/null && command -v unshare >/dev/null && command -v chattr >/dev/null || { \
+	  echo "installing openssh-client util-linux e2fsprogs (apt)"; apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client util-linux e2fsprogs >/dev/null; }
 
 snapshot: venv
 	$(DD) snapshot fetch
@@ -44,10 +47,18 @@ demo: venv sshd snapshot
 test: venv sshd snapshot
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
+# Benchmarks write tables (and PNG plots) stating the machine; ratios are measured side by side.
 bench: venv sshd snapshot
-	mkdir -p bench
-	$(PY) tools/bench_builder.py --quick --out bench/builder-cpu.md
-	$(PY) tools/bench_push.py --out bench/push.md
+	mkdir -p out/bench
+	$(PY) tools/bench_builder.py --quick --threads 1 --out out/bench/builder-cpu.md --json out/bench/builder-cpu.json
+	$(PY) tools/bench_push.py --out out/bench/push.md
+	PYTHONPATH=tools $(PY) -m ddtree_offline sweep --threads 1 --num-prompts 2 --max-new-tokens 48 \
+	  --budgets 16,64,256 --qualities 0.7,0.95 --out-dir out/bench/sweep-cpu
+	@echo "tables and plots: out/bench/ (GPU results measured on an H200 are committed under bench/)"
+
+# What a GPU machine with only torch + Triton needs for tools/gpu_suite.py and tools/bench_builder.py.
+bench-gpu-bundle: venv snapshot
+	$(PY) tools/make_gpu_bundle.py
 
 clean:
-	rm -rf build .pytest_cache .hypothesis
+	rm -rf build out .pytest_cache .hypothesis
