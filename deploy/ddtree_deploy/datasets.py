@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import UsageError
+from .records import iter_jsonl
 
 _REASON = "\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
@@ -90,21 +91,13 @@ def load_jsonl_prompts(path: Path, limit: int | None, name: str | None = None) -
     ds = name or path.stem
     out: list[Instance] = []
     idx = 0
-    with open(path, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if limit is not None and len(out) >= limit:
-                break
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise UsageError(f"{path}:{lineno}: not JSON: {exc}") from None
-            turns, ids = _row_to_instance(obj, ds, f"{path}:{lineno}")
-            inst = Instance(ds, idx, turns, ids)
-            out.append(inst)
-            idx += inst.n_turns
+    for lineno, obj in iter_jsonl(path):
+        if limit is not None and len(out) >= limit:
+            break
+        turns, ids = _row_to_instance(obj, ds, f"{path}:{lineno}")
+        inst = Instance(ds, idx, turns, ids)
+        out.append(inst)
+        idx += inst.n_turns
     if not out:
         raise UsageError(f"{path}: no prompts")
     return out

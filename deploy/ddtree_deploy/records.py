@@ -117,20 +117,25 @@ def record_from_json(obj: dict[str, Any], *, where: str = "") -> RunRecord:
     )
 
 
-def read_jsonl(path: Path) -> list[RunRecord]:
-    out: list[RunRecord] = []
+def iter_jsonl(path: Path) -> Iterator[tuple[int, Any]]:
+    """``(line number, object)`` for every non-blank line of a JSONL file; bad JSON is a UsageError."""
     with open(path, encoding="utf-8") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:
                 continue
             try:
-                obj = json.loads(line)
+                yield lineno, json.loads(line)
             except json.JSONDecodeError as exc:
                 raise UsageError(f"{path}:{lineno}: not JSON: {exc}") from None
-            if not isinstance(obj, dict):
-                raise UsageError(f"{path}:{lineno}: a run record must be a JSON object")
-            out.append(record_from_json(obj, where=f"{path}:{lineno}"))
+
+
+def read_jsonl(path: Path) -> list[RunRecord]:
+    out: list[RunRecord] = []
+    for lineno, obj in iter_jsonl(path):
+        if not isinstance(obj, dict):
+            raise UsageError(f"{path}:{lineno}: a run record must be a JSON object")
+        out.append(record_from_json(obj, where=f"{path}:{lineno}"))
     return out
 
 
