@@ -2,13 +2,11 @@
 
 The engine imports the DDTree core through ``ddtree_offline.core.ddtree_utils()`` (the patch
 series via ``ddtree_deploy.overlay.import_patched``, or ``DDTREE_UTILS_PATH``). If neither works the
-tests fail, unless ``DDTREE_OFFLINE_ALLOW_STANDIN=1`` is set, in which case the slow stand-in
-``standin_ddtree_utils.py`` next to this file is used (development only).
+tests fail: they always run against the real core from the series.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
@@ -37,23 +35,12 @@ def _one_thread():
     torch.set_num_threads(before)
 
 
-def _resolve_core():
-    from ddtree_offline import core
-
-    try:
-        return core.ddtree_utils()
-    except core.CoreUnavailable:
-        if os.environ.get("DDTREE_OFFLINE_ALLOW_STANDIN") == "1":
-            os.environ[core.ENV_VAR] = str(Path(__file__).with_name("standin_ddtree_utils.py"))
-            core.ddtree_utils.cache_clear()
-            return core.ddtree_utils()
-        raise
-
-
 @pytest.fixture(scope="session")
 def du():
-    """The DDTree core module the engine uses."""
-    return _resolve_core()
+    """The DDTree core module the engine uses (from the patch series)."""
+    from ddtree_offline import core
+
+    return core.ddtree_utils()
 
 
 @pytest.fixture(scope="session")
