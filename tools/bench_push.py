@@ -127,7 +127,7 @@ def main() -> int:
             h.trust()
             hosts.append(h)
         inv_path = write_inventory(tmp / "hosts.toml", {
-            h.name: h.inventory_table(site_packages=str(h.site), smoke_modules=[]) for h in hosts})
+            h.name: h.inventory_table(site_packages=str(h.site), smoke_modules=[], smoke_run=[]) for h in hosts})
         inv = load_inventory(inv_path)
         all_cfg = list(inv.hosts.values())
         pipeline = push_pipeline(bs, PushOptions())

@@ -81,6 +81,7 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
         table = host.inventory_table(site_packages=str(host.site), smoke_timeout=300)
         if not (full_smoke and deps):
             table["smoke_modules"] = []
+            table["smoke_run"] = []
             err.print("[yellow]smoke = py_compile only[/] (SGLang's import deps are not installed here, or --light-smoke)")
         inv = write_inventory(tmp / "hosts.toml", {"demo": table})
         err.print(f"inventory: {inv}")
