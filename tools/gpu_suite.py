@@ -9,7 +9,9 @@ Checks, each printed as one line and collected into ``--json``:
 2. the probe (``python -m sglang.srt.speculative.ddtree_probe --device cuda``) exits 0;
 3. SGLang's own compiled Triton greedy verify kernel accepts the same paths as ``ddtree_accept``;
 4. no host sync inside build + accept (``torch.cuda.set_sync_debug_mode("error")``);
-5. build + accept can be captured in a CUDA graph and replayed with identical results.
+5. build + accept can be captured in a CUDA graph and replayed with identical results;
+6. ``GraphedTreeBuilder`` (what the SGLang worker calls) equals the eager builder across shapes
+   and evictions, and its per-call time is measured beside the eager builder's.
 Exits non-zero if any check fails.
 """
 
@@ -163,6 +165,41 @@ def main() -> int:
         report("cuda_graph_capture", bool(same), "captured build+accept (bs=8,B=256); 3 replays on new inputs == eager")
     except Exception as exc:
         report("cuda_graph_capture", False, f"{type(exc).__name__}: {exc}"[:300])
+
+    # 6. GraphedTreeBuilder: equal to eager, and how much faster
+    try:
+        gb = du.GraphedTreeBuilder(256, max_graphs=2)
+        bad6 = 0
+        for i, (bs, D, K) in enumerate([(1, 15, 8), (8, 15, 8), (1, 15, 8), (3, 7, 5), (8, 15, 8), (1, 15, 8)]):
+            ids, lps, root, start = inputs(bs, D, K)
+            got = gb(ids, lps, root, start)
+            want = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
+            bad6 += not all(torch.equal(getattr(got, f), getattr(want, f)) for f in fields + ("node_logprobs",))
+        timing = {}
+        for bs in (1, 8, 32):
+            ids, lps, root, start = inputs(bs, 15, 8)
+            gbt = du.GraphedTreeBuilder(256)
+            for label, fn in (("eager", lambda: du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)),
+                              ("graphed", lambda: gbt(ids, lps, root, start))):
+                for _ in range(3):
+                    fn()
+                torch.cuda.synchronize()
+                times = []
+                for _ in range(30):
+                    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    a.record()
+                    fn()
+                    b.record()
+                    torch.cuda.synchronize()
+                    times.append(a.elapsed_time(b))
+                times.sort()
+                timing[f"bs{bs}_{label}_ms"] = round(times[len(times) // 2], 4)
+        results["graphed_builder_timing_B256"] = timing
+        report("graphed_builder", bad6 == 0 and gb.failed is None and gb.num_graphs == 2,
+               f"6 calls over 3 shapes (max_graphs=2): {bad6} mismatches, failed={gb.failed}; "
+               f"B=256 median ms: {timing}")
+    except Exception as exc:
+        report("graphed_builder", False, f"{type(exc).__name__}: {exc}"[:300])
 
     results["failures"] = failures
     if args.json:

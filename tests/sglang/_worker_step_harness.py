@@ -179,6 +179,7 @@ def main() -> None:
             block_size=BLOCK, ddtree_budget=budget, ddtree_topk=topk,
             ddtree_depth=BLOCK - 1, verify_width=budget + 1,
             _ddtree_offsets=torch.arange(budget + 1), device="cpu",
+            ddtree_builder=W.GraphedTreeBuilder(budget),  # on the CPU: the eager builder
             ddtree_metrics=(DDTreeDebugMetrics(depth=BLOCK - 1, budget=budget,
                                                log_interval=2) if metrics else None),
             draft_parallel_layout=types.SimpleNamespace(tp_group=None),
