@@ -6,9 +6,6 @@ The pinned snapshot is the REAL sglang 0.5.23 wheel from PyPI, fetched and verif
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest

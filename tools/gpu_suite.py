@@ -132,7 +132,7 @@ def main() -> int:
     try:
         torch.cuda.set_sync_debug_mode("error")
         tree = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
-        acc = du.ddtree_accept(tree, target)
+        du.ddtree_accept(tree, target)
         torch.cuda.set_sync_debug_mode(0)
         report("no_host_sync", True, "build(bs=8,D=15,K=8,B=256)+accept ran under sync_debug_mode='error'")
     except RuntimeError as exc:

@@ -13,7 +13,6 @@ Nothing here touches the network: HF datasets are read with ``HF_DATASETS_OFFLIN
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -60,7 +60,7 @@ def _pip_download(pin: Pin, dest: Path, python_version: str | None) -> Path:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
         raise FetchError(
             f"pip could not download {pin.requirement}: " + " | ".join(tail),
-            hint=f"check the network, or pass a local wheel: ddtree-deploy snapshot fetch --wheel PATH",
+            hint="check the network, or pass a local wheel: ddtree-deploy snapshot fetch --wheel PATH",
         )
     found = sorted(dest.glob(f"{pin.name}-{pin.version}-*.whl"))
     if len(found) != 1:

@@ -175,7 +175,7 @@ def units() -> dict:
                                        draft_token_num=65)
     out["dummy"] = [d.spec_steps, d.topk, d.draft_token_num, d.budget, d.max_tree_depth]
     try:
-        bad = ddtree_verify_mask(tree.tree_mask, seq, TreeMaskMode.QLEN_ONLY_BITPACKING)
+        ddtree_verify_mask(tree.tree_mask, seq, TreeMaskMode.QLEN_ONLY_BITPACKING)
         out["bitpacking_refused"] = False
     except NotImplementedError as e:
         out["bitpacking_refused"] = str(e)

@@ -56,7 +56,6 @@ def main() -> None:
     from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
     from sglang.srt.speculative.dflash_worker_v2 import _DFlashDraftBlock
     from sglang.srt.speculative.draft_worker_common import make_draft_input_v2
-    from sglang.srt.speculative.eagle_utils import TreeMaskMode
 
     report: dict = {"cases": []}
 

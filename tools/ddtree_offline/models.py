@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["tiny_target", "load_checkpoint", "SyntheticDrafter", "model_summary"]
+__all__ = ["tiny_target", "load_checkpoint", "model_summary"]
 
 
 def tiny_target(

@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         code = rv if isinstance(rv, int) else 0
     except DDTreeDeployError as exc:
         code = exc.exit_code
-        err.print(f"[bold red]error:[/]", end=" ")
+        err.print("[bold red]error:[/]", end=" ")
         err.print(exc.message, markup=False, soft_wrap=True)
         if exc.hint:
             err.print("[bold]fix:[/]", end=" ")

@@ -11,7 +11,6 @@ from rich.table import Table
 from .. import authoring, snapshot as snap
 from ..build import apply_checked, build as build_tree, check as check_series, resolve_inputs
 from ..console import err, out_json, out_line
-from ..errors import DDTreeDeployError
 from ..paths import cache_dir, default_pin_path, default_series_dir
 from ..pin import load_pin
 from ..series import load_series

@@ -157,7 +157,7 @@ class HostConnection:
                 fp = fingerprint(policy.offered[1])
                 raise HostKeyError(
                     f"{h.name}: unknown host key for {hid} ({policy.offered[1].get_name()} {fp}); not in {kh}",
-                    hint=f"verify that fingerprint out of band, then rerun with --accept-new-host-key",
+                    hint="verify that fingerprint out of band, then rerun with --accept-new-host-key",
                     details={"host": h.name, "offered_fingerprint": fp},
                 ) from None
             if isinstance(exc, paramiko.AuthenticationException):

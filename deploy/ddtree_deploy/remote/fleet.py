@@ -181,7 +181,7 @@ def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: boo
     if any(r.exit_code == EXIT_INTERRUPTED for r in failed):
         code = EXIT_INTERRUPTED
     for r in failed:
-        err.print(f"[bold red]error:[/]", end=" ")
+        err.print("[bold red]error:[/]", end=" ")
         err.print(r.message, markup=False, soft_wrap=True)
         if r.hint:
             err.print("[bold]fix:[/]", end=" ")
