@@ -20,7 +20,7 @@ import types
 from pathlib import Path
 
 from .build import apply_checked, manifest_for, resolve_inputs, write_tree
-from .paths import cache_dir
+from .paths import cache_dir, publish_once
 
 _MARK = "__ddtree_overlay__"
 
@@ -60,6 +60,28 @@ def patched_site(series_dir: Path | None = None) -> Path:
     dest = cache_dir() / "site" / inputs.series.series_id
     if (dest / ".complete").is_file():
         return dest
+    result = apply_checked(type(inputs)(inputs.series, base, inputs.pin), require_coverage=False)
+
+    def link(src: str, dst: str) -> None:
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+
+    def fill(tmp: Path) -> str:
+        shutil.copytree(base / "sglang", tmp / "sglang", copy_function=link)
+        for fr in result.changed():
+            target = tmp / fr.path
+            if target.exists():
+                target.unlink()  # never write through a hard link into the snapshot
+            if fr.result is not None:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(fr.result)
+                os.chmod(target, fr.mode)
+        return inputs.series.series_id + "\n"
+
+    publish_once(dest, ".complete", fill)
+    return dest
     result = apply_checked(type(inputs)(inputs.series, base, inputs.pin), require_coverage=False)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".site-"))

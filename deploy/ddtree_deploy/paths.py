@@ -8,7 +8,10 @@ The cache (downloaded wheels, unpacked snapshots, overlay builds) is
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from typing import Callable
 
 PACKAGE = "sglang"
 DEFAULT_VERSION = "0.5.23"
@@ -37,3 +40,27 @@ def default_series_dir(version: str = DEFAULT_VERSION) -> Path:
 
 def default_pin_path(version: str = DEFAULT_VERSION) -> Path:
     return repo_root() / "snapshot" / f"{PACKAGE}-{version}.toml"
+
+
+def publish_once(dest: Path, marker: str, fill: Callable[[Path], str]) -> Path:
+    """Make the cache directory ``dest`` once, never half-made, safe against a concurrent maker.
+
+    ``fill(tmp)`` populates a temp sibling of ``dest`` and returns the text of ``tmp / marker``;
+    the temp dir is then renamed to ``dest``. If ``dest / marker`` already exists, nothing runs.
+    Losing the rename race to another process that published ``dest`` is fine.
+    """
+    if (dest / marker).is_file():
+        return dest
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=f".{dest.name}.tmp-"))
+    try:
+        (tmp / marker).write_text(fill(tmp))
+        try:
+            os.replace(tmp, dest)
+        except OSError:
+            if not (dest / marker).is_file():  # nobody else won the race
+                raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest

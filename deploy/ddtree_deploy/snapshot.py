@@ -24,7 +24,7 @@ from pathlib import Path
 
 from .errors import FetchError, HashMismatchError, SnapshotMissingError
 from .hashing import sha256_file
-from .paths import cache_dir, default_pin_path
+from .paths import cache_dir, default_pin_path, publish_once
 from .pin import ABSENT, Pin, WheelPin, load_pin
 
 MARKER = ".snapshot.json"
@@ -107,11 +107,8 @@ def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: 
         shutil.copyfile(wheel, tmp_copy)
         os.replace(tmp_copy, cached)
     root = snapshot_root(pin, wp)
-    if (root / MARKER).is_file():
-        return Snapshot(root, wp)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    tmp_root = Path(tempfile.mkdtemp(dir=root.parent, prefix=".unpack-"))
-    try:
+
+    def unpack(tmp_root: Path) -> str:
         with zipfile.ZipFile(wheel) as zf:
             for info in zf.infolist():
                 name = info.filename
@@ -123,15 +120,9 @@ def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: 
                 mode = (info.external_attr >> 16) & 0o777
                 if mode:
                     os.chmod(tmp_root / name, mode)
-        (tmp_root / MARKER).write_text(json.dumps({"wheel": wp.filename, "sha256": wp.sha256}) + "\n")
-        try:
-            os.replace(tmp_root, root)
-        except OSError:
-            if not (root / MARKER).is_file():  # nobody else won the race
-                raise
-    finally:
-        if tmp_root.exists():
-            shutil.rmtree(tmp_root, ignore_errors=True)
+        return json.dumps({"wheel": wp.filename, "sha256": wp.sha256}) + "\n"
+
+    publish_once(root, MARKER, unpack)
     return Snapshot(root, wp)
 
 

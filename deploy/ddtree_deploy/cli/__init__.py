@@ -15,7 +15,7 @@ except ImportError:  # pragma: no cover
     from click import ClickException  # type: ignore[no-redef]
 
 from .. import __version__
-from ..console import err, out_json
+from ..console import err, out_json, print_error
 from ..errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
 
 app = typer.Typer(
@@ -67,11 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         code = rv if isinstance(rv, int) else 0
     except DDTreeDeployError as exc:
         code = exc.exit_code
-        err.print("[bold red]error:[/]", end=" ")
-        err.print(exc.message, markup=False, soft_wrap=True)
-        if exc.hint:
-            err.print("[bold]fix:[/]", end=" ")
-            err.print(exc.hint, markup=False, soft_wrap=True)
+        print_error(exc.message, exc.hint)
         if json_mode:
             out_json({"ok": False, "exit_code": code, **exc.to_json()})
     except typer.Exit as exc:  # typer.Exit / explicit exits

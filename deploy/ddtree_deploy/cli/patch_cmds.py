@@ -10,7 +10,7 @@ from rich.table import Table
 
 from .. import authoring, snapshot as snap
 from ..build import apply_checked, build as build_tree, check as check_series, resolve_inputs
-from ..console import err, out_json, out_line
+from ..console import err, out_json, out_line, print_error
 from ..paths import cache_dir, default_pin_path, default_series_dir
 from ..pin import load_pin
 from ..series import load_series
@@ -122,11 +122,7 @@ def check_cmd(
                   f"{len(rep.compiled)} .py file(s) compile")
         return 0
     e = rep.error or {}
-    err.print("[bold red]error:[/]", end=" ")
-    err.print(e.get("message", "check failed"), markup=False, soft_wrap=True)
-    if e.get("hint"):
-        err.print("[bold]fix:[/]", end=" ")
-        err.print(e["hint"], markup=False, soft_wrap=True)
+    print_error(e.get("message", "check failed"), e.get("hint"))
     raise typer.Exit(rep.exit_code)
 
 

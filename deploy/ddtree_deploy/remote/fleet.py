@@ -18,7 +18,7 @@ from typing import Any, Callable
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..console import err
+from ..console import err, print_error
 from ..errors import DDTreeDeployError, EXIT_INTERRUPTED, PartialFailureError
 from .inventory import HostConfig
 
@@ -181,11 +181,7 @@ def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: boo
     if any(r.exit_code == EXIT_INTERRUPTED for r in failed):
         code = EXIT_INTERRUPTED
     for r in failed:
-        err.print("[bold red]error:[/]", end=" ")
-        err.print(r.message, markup=False, soft_wrap=True)
-        if r.hint:
-            err.print("[bold]fix:[/]", end=" ")
-            err.print(r.hint, markup=False, soft_wrap=True)
+        print_error(r.message, r.hint)
     if len(results) > 1 and failed:
         err.print(f"{len(failed)} of {len(results)} hosts failed")
     if json_mode:
