@@ -15,7 +15,6 @@ import importlib
 import os
 import shutil
 import sys
-import tempfile
 import types
 from pathlib import Path
 
@@ -81,33 +80,4 @@ def patched_site(series_dir: Path | None = None) -> Path:
         return inputs.series.series_id + "\n"
 
     publish_once(dest, ".complete", fill)
-    return dest
-    result = apply_checked(type(inputs)(inputs.series, base, inputs.pin), require_coverage=False)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=dest.parent, prefix=".site-"))
-    try:
-        def link(src: str, dst: str) -> None:
-            try:
-                os.link(src, dst)
-            except OSError:
-                shutil.copy2(src, dst)
-
-        shutil.copytree(base / "sglang", tmp / "sglang", copy_function=link)
-        for fr in result.changed():
-            target = tmp / fr.path
-            if target.exists():
-                target.unlink()  # never write through a hard link into the snapshot
-            if fr.result is not None:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(fr.result)
-                os.chmod(target, fr.mode)
-        (tmp / ".complete").write_text(inputs.series.series_id + "\n")
-        try:
-            os.replace(tmp, dest)
-        except OSError:
-            if not (dest / ".complete").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return dest
