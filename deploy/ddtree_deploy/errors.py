@@ -20,19 +20,43 @@ Exit codes (keep in sync with the README's table):
 10    several hosts were asked and some of them failed (see the table / ``--json``)
 11    comparison against a baseline failed its thresholds
 12    smoke test failed on a host (nothing was changed by ``smoke`` itself)
+13    could not reach the host, or lost the connection to it (retry; for a push see ``status``)
+14    ``status --strict``: a host is drifted, interrupted or needs a human
 130   interrupted (Ctrl-C)
 ====  ==========================================================================
 """
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
+
+
+class ExitCode(IntEnum):
+    """Every exit code the CLI can produce (the README's table lists the same rows)."""
+
+    OK = 0
+    UNEXPECTED = 1
+    USAGE = 2
+    SNAPSHOT = 3
+    PATCH = 4
+    COMPILE = 5
+    HOST_REFUSED = 6
+    LOCK_HELD = 7
+    ROLLED_BACK = 8
+    NEEDS_HUMAN = 9
+    PARTIAL = 10
+    COMPARE_FAILED = 11
+    SMOKE_FAILED = 12
+    UNREACHABLE = 13
+    ATTENTION = 14
+    INTERRUPTED = 130
 
 
 class DDTreeDeployError(Exception):
     """Base class. ``exit_code`` says how the CLI exits; ``hint`` says how to fix it."""
 
-    exit_code = 1
+    exit_code = ExitCode.UNEXPECTED
 
     def __init__(self, message: str, *, hint: str | None = None, details: dict[str, Any] | None = None):
         super().__init__(message)
@@ -49,7 +73,7 @@ class DDTreeDeployError(Exception):
 
 
 class UsageError(DDTreeDeployError):
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class InventoryError(UsageError):
@@ -60,7 +84,7 @@ class InventoryError(UsageError):
 
 
 class SnapshotError(DDTreeDeployError):
-    exit_code = 3
+    exit_code = ExitCode.SNAPSHOT
 
 
 class PinError(SnapshotError):
@@ -93,7 +117,7 @@ class SnapshotMissingError(SnapshotError):
 
 
 class PatchError(DDTreeDeployError):
-    exit_code = 4
+    exit_code = ExitCode.PATCH
 
 
 class SeriesError(PatchError):
@@ -151,7 +175,7 @@ class PatchApplyError(PatchError):
 class CompileError(DDTreeDeployError):
     """A patched Python file does not compile; names the patch that broke it."""
 
-    exit_code = 5
+    exit_code = ExitCode.COMPILE
 
 
 # --- remote -----------------------------------------------------------------------------------
@@ -160,13 +184,13 @@ class CompileError(DDTreeDeployError):
 class RemoteError(DDTreeDeployError):
     """Something went wrong talking to a host."""
 
-    exit_code = 1
+    exit_code = ExitCode.UNEXPECTED
 
 
 class HostRefusedError(RemoteError):
     """Preflight refused the host before anything was written."""
 
-    exit_code = 6
+    exit_code = ExitCode.HOST_REFUSED
 
 
 class HostKeyError(HostRefusedError):
@@ -178,35 +202,64 @@ class DriftError(HostRefusedError):
 
 
 class LockHeldError(RemoteError):
-    exit_code = 7
+    exit_code = ExitCode.LOCK_HELD
 
 
 class RolledBackError(RemoteError):
     """The push failed after writing; the host was restored and verified."""
 
-    exit_code = 8
+    exit_code = ExitCode.ROLLED_BACK
 
 
 class RollbackFailedError(RemoteError):
     """Restoring the host failed: it needs a human."""
 
-    exit_code = 9
+    exit_code = ExitCode.NEEDS_HUMAN
+
+
+class ConnectionLostError(RemoteError):
+    """Could not reach the host, or the SSH connection dropped mid-operation: retry (a push that had
+    sent its whole payload finishes or rolls back on the host by itself; ``status`` says which)."""
+
+    exit_code = ExitCode.UNREACHABLE
+
+
+class HostEditedError(HostRefusedError):
+    """``rollback`` found a file edited on the host after the deploy (neither the deployed nor the
+    earlier hash): refused before any write unless ``--force`` (which keeps a copy first)."""
+
+
+class BrokenBackupError(RollbackFailedError):
+    """A backup that ``rollback`` needs is missing or does not have its recorded hash: refused
+    before any write (the host is untouched, but it needs a human)."""
+
+
+class AttentionError(DDTreeDeployError):
+    """``status --strict``: some host is drifted, interrupted or needs a human."""
+
+    exit_code = ExitCode.ATTENTION
 
 
 class PartialFailureError(DDTreeDeployError):
     """Several hosts were asked and some failed."""
 
-    exit_code = 10
+    exit_code = ExitCode.PARTIAL
 
 
 class CompareFailedError(DDTreeDeployError):
-    exit_code = 11
+    exit_code = ExitCode.COMPARE_FAILED
 
 
 class SmokeFailedError(RemoteError):
-    exit_code = 12
+    exit_code = ExitCode.SMOKE_FAILED
 
 
-EXIT_OK = 0
-EXIT_UNEXPECTED = 1
-EXIT_INTERRUPTED = 130
+class EmptyPatchError(PatchParseError):
+    """A file in the series holds no diff at all: bad input, refused where it enters."""
+
+    exit_code = ExitCode.USAGE
+
+
+EXIT_OK = ExitCode.OK
+EXIT_UNEXPECTED = ExitCode.UNEXPECTED
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED

@@ -60,19 +60,47 @@ def light_site(tmp_path_factory, wheel) -> Path:
     with zipfile.ZipFile(wheel) as z:
         members = [n for n in z.namelist() if n.startswith(SUBSET_PREFIX) and n.count("/") == 3 and n.endswith(".py")]
     unpack_wheel(wheel, d, members)
+    vary_modes_and_mtimes(d)
     return d
 
 
-def tree_hashes(root: Path) -> dict[str, tuple[str, int]]:
-    """relpath -> (sha256, mode) of every file under root, ignoring __pycache__."""
-    out = {}
+# Varied modes and mtimes in the fake hosts' site-packages, so that "restored byte-exactly" is a real
+# claim about mode and mtime too (a wheel unpacks every file 0644 with one timestamp).
+VARIED_MODES = {SPEC_INFO: 0o640, "sglang/srt/speculative/dflash_info.py": 0o755,
+                "sglang/srt/speculative/eagle_utils.py": 0o600}
+
+
+def vary_modes_and_mtimes(site: Path) -> None:
+    spec = site / "sglang" / "srt" / "speculative"
+    for i, p in enumerate(sorted(spec.glob("*.py"))):
+        rel = str(p.relative_to(site))
+        os.chmod(p, VARIED_MODES.get(rel, 0o644))
+        t = 1_600_000_000_000_000_000 + i * 86_400_123_456_789  # distinct, with nanoseconds
+        os.utime(p, ns=(t, t))
+    os.chmod(spec, 0o750)
+
+
+def tree_hashes(root: Path) -> dict[str, tuple]:
+    """relpath -> ("file", sha256, mode, mtime_ns) for every file and ("dir", mode) for every directory
+    under root, ignoring __pycache__. Directory mtimes are left out: any rename inside a directory
+    changes its mtime, and nothing (ours or pip's) promises to keep it."""
+    out: dict[str, tuple] = {}
     for p in sorted(root.rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            out[str(p.relative_to(root))] = (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mode & 0o7777)
+        if "__pycache__" in p.parts:
+            continue
+        st = p.lstat()
+        rel = str(p.relative_to(root))
+        if p.is_symlink():
+            out[rel] = ("link", os.readlink(p))
+        elif p.is_dir():
+            out[rel] = ("dir", st.st_mode & 0o7777)
+        else:
+            out[rel] = ("file", hashlib.sha256(p.read_bytes()).hexdigest(), st.st_mode & 0o7777, st.st_mtime_ns)
     return out
 
 
-def make_build(out: Path, base_site: Path, changes: dict[str, bytes | None], series_id: str = "test+0001") -> Path:
+def make_build(out: Path, base_site: Path, changes: dict[str, bytes | None], series_id: str = "test+0001",
+               modes: dict[str, str] | None = None) -> Path:
     """A build dir in the contract's format: ``changes`` maps path -> new bytes (None = delete)."""
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -85,7 +113,7 @@ def make_build(out: Path, base_site: Path, changes: dict[str, bytes | None], ser
             (out / path).write_bytes(data)
         files.append({"path": path, "action": action, "pristine_sha256": pristine,
                       "patched_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
-                      "mode": "0644", "patches": ["0001-test.patch"]})
+                      "mode": (modes or {}).get(path, "0644"), "patches": ["0001-test.patch"]})
     (out / "manifest.json").write_text(json.dumps({
         "format": 1, "package": "sglang", "version": "0.5.23", "series": "sglang-0.5.23", "series_id": series_id,
         "patches": [{"name": "0001-test.patch", "sha256": "0" * 64}], "files": files}, indent=2))
@@ -105,7 +133,7 @@ def builds(tmp_path_factory, light_site) -> dict[str, Path]:
             SPEC_INFO: spec + MARKER,
             "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
             "sglang/srt/speculative/ddtree_pkg/sub/__init__.py": b"X = 1\n",
-        }, "sglang-0.5.23+good"),
+        }, "sglang-0.5.23+good", modes={"sglang/srt/speculative/ddtree_smoke_ok.py": "0755"}),
         "good2": make_build(d / "good2", light_site, {
             SPEC_INFO: spec + MARKER + b"\n\ndef second():\n    return 2\n",
             "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,

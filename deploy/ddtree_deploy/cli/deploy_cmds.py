@@ -136,18 +136,28 @@ def rollback(
     all_: bool = AllOpt,
     to: Optional[str] = typer.Option(None, "--to", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
     why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the audit log."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n",
+                                 help="Check every backup and file and say what would be restored; write nothing."),
+    force: bool = typer.Option(False, "--force",
+                               help="Also restore files edited on the host after the deploy (a copy of each is kept "
+                                    "in the state dir first)."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
-    """Undo the latest deploy (or back to --to DEPLOY_ID) byte-exactly from the host's backups, verified."""
+    """Undo the latest deploy (or back to --to DEPLOY_ID) byte-exactly from the host's backups, verified.
+
+    Every backup and every current file is checked before the first write: a broken backup (exit 9) or
+    a file edited on the host since the deploy (exit 6, unless --force) refuses with the host untouched.
+    """
     from ..remote.fleet import finish, run_fleet
     from ..remote.push import rollback_pipeline
 
     hs = _hosts(inventory, hosts, all_)
-    results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why), title="rollback", quiet=quiet)
-    _exit(finish("rollback", results, json_mode=json_, quiet=quiet))
+    results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
+                        title="dry run: rollback" if dry_run else "rollback", quiet=quiet)
+    _exit(finish("rollback", results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
 
 
 def status(
@@ -232,6 +242,7 @@ def lock_status(
 @lock_app.command("release")
 def lock_release(
     hosts: List[str] = typer.Argument(..., help="Host names."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show whose lock would be released; write nothing."),
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
@@ -239,7 +250,8 @@ def lock_release(
     from ..remote.fleet import finish, run_fleet
     from ..remote.push import lock_pipeline
 
-    results = run_fleet(_hosts(inventory, hosts, False), lock_pipeline("release"), title="lock release", quiet=True)
+    results = run_fleet(_hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
+                        title="lock release", quiet=True)
     if not json_:
         for r in results:
             if r.ok:

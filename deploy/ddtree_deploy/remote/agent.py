@@ -694,37 +694,137 @@ def op_apply(req, stdin):
             pass
 
 
+def backup_path(rec, rel):
+    return os.path.join(rec["_dir"], "backup", *rel.split("/"))
+
+
+def plan_rollback(todo, site):
+    """Check, before anything is written, that every record of ``todo`` (newest first) can be
+    restored: each backup a restore will need is present with its recorded hash, and each
+    current file is what our deploy left there. Returns (steps, broken, edited): ``steps`` per
+    record the files to restore; ``broken`` and ``edited`` name each bad file and what was found."""
+    now_sha = {}  # path -> hash the file will have when this record's turn comes (after newer undos)
+    steps, broken, edited = [], [], []
+    for r in todo:
+        status = r.get("status")
+        files = []
+        for f in r.get("files", []):
+            rel = f["path"]
+            target = safe_join(site, rel)
+            cur = now_sha[rel] if rel in now_sha else file_sha(target)
+            before, after = f.get("before_sha256"), f.get("after_sha256")
+            # deployed: each file is what we put there (or already back to what was there before);
+            # interrupted / needs-human records may be mixed, file by file, but only between those two
+            if cur not in (after, before):
+                edited.append({"deploy_id": r["deploy_id"], "path": rel, "found_sha256": cur,
+                               "deployed_sha256": after, "before_sha256": before})
+            need_write = cur != before
+            if need_write and before is not None:
+                got = file_sha(backup_path(r, rel))
+                if got != before:
+                    broken.append({"deploy_id": r["deploy_id"], "path": rel,
+                                   "found": "missing" if got is None else "sha256 %s" % got,
+                                   "expected_sha256": before})
+            files.append({"path": rel, "current_sha256": cur, "restore_to": before, "write": need_write})
+            now_sha[rel] = before
+        steps.append({"deploy_id": r["deploy_id"], "was": status, "files": files})
+    return steps, broken, edited
+
+
+def keep_edited(sd, rollback_id, edited, site):
+    """--force: copy each host-edited file into STATE/edited/<rollback id>/ (verified) before any write."""
+    kept = []
+    base = os.path.join(sd, "edited", rollback_id)
+    for e in edited:
+        src = safe_join(site, e["path"])
+        if e["found_sha256"] is None or not os.path.isfile(src):
+            continue
+        dst = os.path.join(base, *e["path"].split("/"))
+        os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)
+        shutil.copy2(src, dst)
+        if sha256_file(dst) != e["found_sha256"]:
+            raise Fail("RollbackFailedError", "the kept copy of %s does not verify" % e["path"])
+        fd = os.open(dst, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        kept.append(dst)
+    fsync_dir(base)
+    return kept
+
+
+def _describe_edited(edited):
+    return "; ".join("%s: sha256 %s is neither what deploy %s put there (%s) nor what was there before (%s)" % (
+        e["path"], e["found_sha256"] or "(missing)", e["deploy_id"], e["deployed_sha256"] or "(absent)",
+        e["before_sha256"] or "(absent)") for e in edited)
+
+
+def _describe_broken(broken):
+    return "; ".join("backup of %s (deploy %s) is %s, expected sha256 %s" % (
+        b["path"], b["deploy_id"], "missing" if b["found"] == "missing" else "corrupt: " + b["found"],
+        b["expected_sha256"]) for b in broken)
+
+
+def select_rollback(recs, target_id, expect):
+    live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED + ("needs-human",)]
+    if target_id in (None, ""):
+        todo = live[-1:]
+    elif target_id == "pristine":
+        todo = list(reversed(live))
+    else:
+        ids = [r["deploy_id"] for r in recs]
+        if target_id not in ids:
+            raise Fail("UsageError", "no deploy %s on this host (known: %s)" % (target_id, ", ".join(ids) or "none"))
+        known = [r for r in recs if r["deploy_id"] == target_id][0]
+        if known.get("status") not in APPLIED:
+            raise Fail("UsageError", "deploy %s is %s, not deployed: cannot roll back to it" % (
+                target_id, known.get("status")))
+        todo = list(reversed([r for r in live if r.get("seq", 0) > known.get("seq", 0)]))
+    if expect and (not todo or todo[0]["deploy_id"] != expect):
+        raise Fail("UsageError", "the latest deploy on the host is %s, not %s: not rolling back" % (
+            todo[0]["deploy_id"] if todo else "none", expect))
+    return todo
+
+
 def op_rollback(req, stdin):
     site = find_site(req)
     sd = state_dir(req)
-    target_id = req.get("to")
+    dry = bool(req.get("dry_run"))
+    if dry:  # nothing is written: no lock, no audit line
+        recs = load_records(sd)
+        for r in recs:
+            r["_dir"] = record_dir(sd, r["deploy_id"])
+        todo = select_rollback(recs, req.get("to"), req.get("expect_latest"))
+        steps, broken, edited = plan_rollback(todo, site)
+        return {"dry_run": True, "undone": [], "would_undo": steps, "broken_backups": broken, "edited": edited,
+                "note": "nothing to roll back" if not todo else "dry run: wrote nothing"}
     acquire_lock(sd, dict(req, break_stale_lock=True), "rollback")
     try:
         recs = load_records(sd)
         for r in recs:
             r["_dir"] = record_dir(sd, r["deploy_id"])
-        live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED + ("needs-human",)]
-        if target_id in (None, ""):
-            todo = live[-1:]
-        elif target_id == "pristine":
-            todo = list(reversed(live))
-        else:
-            ids = [r["deploy_id"] for r in recs]
-            if target_id not in ids:
-                raise Fail("UsageError", "no deploy %s on this host (known: %s)" % (target_id, ", ".join(ids) or "none"))
-            known = [r for r in recs if r["deploy_id"] == target_id][0]
-            if known.get("status") not in APPLIED:
-                raise Fail("UsageError", "deploy %s is %s, not deployed: cannot roll back to it" % (
-                    target_id, known.get("status")))
-            todo = list(reversed([r for r in live if r.get("seq", 0) > known.get("seq", 0)]))
-        expect = req.get("expect_latest")
-        if expect and (not todo or todo[0]["deploy_id"] != expect):
-            raise Fail("UsageError", "the latest deploy on the host is %s, not %s: not rolling back" % (
-                todo[0]["deploy_id"] if todo else "none", expect))
+        todo = select_rollback(recs, req.get("to"), req.get("expect_latest"))
+        base = {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"), "why": req.get("why")}
         if not todo:
-            audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
-                       "result": "nothing to roll back"})
+            audit(sd, dict(base, result="nothing to roll back"))
             return {"undone": [], "note": "nothing to roll back"}
+        # every check before the first write: a refusal leaves the host exactly as it is
+        steps, broken, edited = plan_rollback(todo, site)
+        if broken:
+            msg = "refused before any write, the host is untouched: " + _describe_broken(broken)
+            audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="refused: " + msg))
+            raise Fail("BrokenBackupError", msg, broken_backups=broken, edited=edited)
+        kept = []
+        if edited:
+            if not req.get("force"):
+                msg = ("refused before any write, the host is untouched: %d file(s) were edited on the host after "
+                       "the deploy: %s" % (len(edited), _describe_edited(edited)))
+                audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="refused: " + msg))
+                raise Fail("HostEditedError", msg, edited=edited,
+                           hint="keep the edits first, or rerun with --force (a copy of each edited file is kept "
+                                "in the state dir under edited/)")
+            kept = keep_edited(sd, req.get("deploy_id") or "rollback", edited, site)
+            audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="--force: kept host-edited files",
+                           kept=kept))
         undone = []
         for r in todo:
             event("restore", deploy_id=r["deploy_id"])
@@ -734,20 +834,18 @@ def op_rollback(req, stdin):
                 r["status"] = "needs-human"
                 r["restore_problems"] = problems
                 save_record(r)
-                audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
-                           "undo": r["deploy_id"], "result": "FAILED: " + "; ".join(problems)})
+                audit(sd, dict(base, undo=r["deploy_id"], result="FAILED: " + "; ".join(problems)))
                 raise Fail("RollbackFailedError", "rolling back %s failed: %s" % (r["deploy_id"], "; ".join(problems)),
-                           undone=undone)
+                           undone=undone, kept=kept)
             r["status"] = "undone" if prev in APPLIED else "rolled-back"
             r["undone_by"] = req.get("deploy_id")
             r["undone_at"] = now()
             save_record(r)
             undone.append({"deploy_id": r["deploy_id"], "was": prev,
                            "files": [{"path": f["path"], "sha256": f["before_sha256"]} for f in r["files"]]})
-            audit(sd, {"op": "rollback", "deploy_id": req.get("deploy_id"), "who": req.get("who"), "why": req.get("why"),
-                       "undo": r["deploy_id"], "series_id": r.get("series_id"),
-                       "files": [f["path"] for f in r["files"]], "result": "restored (verified)"})
-        return {"undone": undone}
+            audit(sd, dict(base, undo=r["deploy_id"], series_id=r.get("series_id"),
+                           files=[f["path"] for f in r["files"]], result="restored (verified)"))
+        return {"undone": undone, "kept": kept}
     finally:
         release_lock(sd, mine=True)
 
@@ -781,6 +879,8 @@ def op_lock_release(req, stdin):
     holder = lock_info(sd)
     if holder is None:
         return {"released": False, "note": "no lock held"}
+    if req.get("dry_run"):
+        return {"released": False, "would_release": True, "holder": holder, "dry_run": True}
     release_lock(sd)
     audit(sd, {"op": "lock-release", "who": req.get("who"), "holder": holder, "result": "released"})
     return {"released": True, "holder": holder}

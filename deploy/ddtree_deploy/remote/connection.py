@@ -29,8 +29,11 @@ import paramiko
 from fabric import Config, Connection
 
 from ..errors import (
+    BrokenBackupError,
+    ConnectionLostError,
     DDTreeDeployError,
     DriftError,
+    HostEditedError,
     HostKeyError,
     HostRefusedError,
     LockHeldError,
@@ -163,10 +166,13 @@ class HostConnection:
             if isinstance(exc, paramiko.AuthenticationException):
                 raise HostRefusedError(f"{h.name}: SSH authentication to {hid} failed: {exc}",
                                        hint="check identity_file in the inventory") from None
-            raise HostRefusedError(f"{h.name}: SSH to {hid} failed: {exc}") from None
+            raise ConnectionLostError(f"{h.name}: SSH to {hid} failed: {exc}",
+                                      hint="is the host up and the target right? (safe to retry)",
+                                      details={"host": h.name, "connection_lost": True}) from None
         except (OSError, socket.timeout, EOFError) as exc:
-            raise HostRefusedError(f"{h.name}: cannot connect to {hid}: {exc}",
-                                   hint="is the host up and the target right?") from None
+            raise ConnectionLostError(f"{h.name}: cannot connect to {hid}: {exc}",
+                                      hint="is the host up and the target right? (safe to retry)",
+                                      details={"host": h.name, "connection_lost": True}) from None
         if policy.accepted:
             self.new_host_key = fingerprint(policy.offered[1])  # type: ignore[index]
         self.conn = conn
@@ -202,8 +208,8 @@ class HostConnection:
             head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC
             chan.sendall(head)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise RemoteError(f"{h.name}: cannot start the agent over SSH: {exc}",
-                              details={"host": h.name, "connection_lost": True}) from None
+            raise ConnectionLostError(f"{h.name}: cannot start the agent over SSH: {exc}",
+                                      details={"host": h.name, "connection_lost": True}) from None
         self.bytes_sent += len(head)
         self._chan = chan
         self._out = bytearray()
@@ -276,7 +282,8 @@ class HostConnection:
                 raise Interrupted(f"{h.name}: interrupted")
             if time.monotonic() > deadline:
                 self._drop_session()
-                raise RemoteError(f"{h.name}: the host did not answer within {timeout:.0f}s")
+                raise ConnectionLostError(f"{h.name}: the host did not answer within {timeout:.0f}s",
+                                          details={"host": h.name, "connection_lost": True})
 
         try:
             for blob in [head] + list(payload or []):
@@ -306,13 +313,13 @@ class HostConnection:
                 select.select([chan], [], [], 0.05)  # wakes on stdout/stderr data or EOF
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._drop_session()
-            raise RemoteError(f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}) from None
+            raise ConnectionLostError(f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}) from None
         if result is None:
             status = chan.recv_exit_status() if chan.exit_status_ready() else -1
             self._drop_session()
             tail = errb.decode("utf-8", "replace").strip()[-2000:]
             if self.conn is None or self.conn.transport is None or not self.conn.transport.is_active():
-                raise RemoteError(f"{h.name}: connection lost before the host answered",
+                raise ConnectionLostError(f"{h.name}: connection lost before the host answered",
                                   details={"host": h.name, "connection_lost": True})
             if status in (126, 127):  # the shell could not run the interpreter: nothing ran
                 raise HostRefusedError(
@@ -334,6 +341,8 @@ _KINDS: dict[str, type[DDTreeDeployError]] = {
     "LockHeldError": LockHeldError,
     "RolledBackError": RolledBackError,
     "RollbackFailedError": RollbackFailedError,
+    "BrokenBackupError": BrokenBackupError,
+    "HostEditedError": HostEditedError,
     "SmokeFailedError": SmokeFailedError,
     "UsageError": UsageError,
     "RemoteError": RemoteError,
@@ -351,6 +360,9 @@ def agent_error(host: str, result: dict[str, Any]) -> DDTreeDeployError:
             hint = f"the holder is gone (an interrupted deploy): ddtree-deploy status {host}, then ddtree-deploy rollback {host}"
         else:
             hint = f"wait for it, or if you are sure it is dead: ddtree-deploy lock release {host}"
+    if cls is BrokenBackupError and not hint:
+        hint = (f"the host is untouched but cannot be rolled back from its backups: ddtree-deploy status {host}; "
+                f"repair or restore the named backup files, then rerun ddtree-deploy rollback {host}")
     if cls is RollbackFailedError and not hint:
         hint = f"the host needs a human: ddtree-deploy status {host}"
     return cls(f"{host}: {result.get('message')}", hint=hint, details=details)

@@ -45,7 +45,7 @@ class HostResult:
 def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
     if isinstance(exc, DDTreeDeployError):
         status = {6: "refused", 7: "locked", 8: "rolled-back", 9: "NEEDS-HUMAN", 12: "smoke-failed",
-                  130: "interrupted", 2: "usage-error"}.get(exc.exit_code, "failed")
+                  13: "unreachable", 130: "interrupted", 2: "usage-error"}.get(exc.exit_code, "failed")
         return HostResult(host, False, status, exc.exit_code, exc.message, exc.hint,
                           deploy_id=exc.details.get("deploy_id"), seconds=time.monotonic() - t0,
                           error=type(exc).__name__, data={k: v for k, v in exc.details.items() if k != "host"})

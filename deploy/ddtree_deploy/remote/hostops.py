@@ -331,12 +331,16 @@ def smoke_modules(h: HostConfig, bs: BuildSet | None) -> list[str]:
 
 
 def rollback(hc: HostConnection, *, to: str | None, why: str | None = None, expect_latest: str | None = None,
+             dry_run: bool = False, force: bool = False,
              on_event: Callable[[dict[str, Any]], None] | None = None,
              cancel: threading.Event | None = None) -> dict[str, Any]:
+    """Undo deploys. The agent checks every backup and every current file before its first write;
+    ``dry_run`` only reports what would be restored; ``force`` restores over files edited on the host
+    after the deploy, keeping a copy of each in the state dir first."""
     h = hc.host
     return hc.run_agent({"op": "rollback", "site_packages": h.site_packages, "state_dir": h.state_dir,
                          "to": to, "deploy_id": new_deploy_id(), "who": whoami(), "why": why,
-                         "expect_latest": expect_latest},
+                         "expect_latest": expect_latest, "dry_run": dry_run, "force": force},
                         on_event=on_event, cancel=cancel, timeout=600)
 
 
@@ -416,5 +420,6 @@ def lock_status(hc: HostConnection) -> dict[str, Any] | None:
     return hc.run_agent({"op": "lock_status", "state_dir": hc.host.state_dir}, timeout=60)["lock"]
 
 
-def lock_release(hc: HostConnection) -> dict[str, Any]:
-    return hc.run_agent({"op": "lock_release", "state_dir": hc.host.state_dir, "who": whoami()}, timeout=60)
+def lock_release(hc: HostConnection, *, dry_run: bool = False) -> dict[str, Any]:
+    return hc.run_agent({"op": "lock_release", "state_dir": hc.host.state_dir, "who": whoami(), "dry_run": dry_run},
+                        timeout=60)

@@ -194,18 +194,37 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
     return run
 
 
-def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None = None):
+def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None = None, *,
+                      dry_run: bool = False, force: bool = False):
     def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
         with _connect(h, ui, accept_new) as hc:
-            ui.phase(h.name, "rolling back", 30)
-            res = hostops.rollback(hc, to=to, why=why, on_event=_event_cb(h, ui), cancel=cancel)
+            ui.phase(h.name, "rolling back" if not dry_run else "checking the rollback", 30)
+            res = hostops.rollback(hc, to=to, why=why, dry_run=dry_run, force=force, on_event=_event_cb(h, ui),
+                                   cancel=cancel)
+            if dry_run:
+                steps = res.get("would_undo", [])
+                if not steps:
+                    return HostResult(h.name, True, "unchanged", 0, "nothing to roll back (dry run)", data=res)
+                n = sum(1 for s in steps for f in s["files"] if f["write"])
+                problems = []
+                if res.get("broken_backups"):
+                    problems.append(f"{len(res['broken_backups'])} broken backup(s): "
+                                    + ", ".join(b["path"] for b in res["broken_backups"]))
+                if res.get("edited"):
+                    problems.append(f"{len(res['edited'])} file(s) edited on the host (needs --force): "
+                                    + ", ".join(e["path"] for e in res["edited"]))
+                msg = (f"would undo {', '.join(s['deploy_id'] for s in steps)}: {n} file(s) to restore; wrote nothing"
+                       + ("; WOULD BE REFUSED: " + "; ".join(problems) if problems else ""))
+                return HostResult(h.name, True, "would-roll-back", 0, msg, deploy_id=steps[0]["deploy_id"], data=res)
             undone = res.get("undone", [])
             if not undone:
                 return HostResult(h.name, True, "unchanged", 0, res.get("note", "nothing to roll back"), data=res)
             ids = ", ".join(u["deploy_id"] for u in undone)
             n = sum(len(u["files"]) for u in undone)
-            return HostResult(h.name, True, "rolled-back", 0, f"undid {ids}: {n} file(s) restored and verified",
-                              deploy_id=undone[0]["deploy_id"], files_sent=0, data=res)
+            msg = f"undid {ids}: {n} file(s) restored and verified"
+            if res.get("kept"):
+                msg += f"; kept {len(res['kept'])} host-edited file(s) under {h.state_dir}/edited/"
+            return HostResult(h.name, True, "rolled-back", 0, msg, deploy_id=undone[0]["deploy_id"], files_sent=0, data=res)
     return run
 
 
@@ -237,7 +256,7 @@ def history_pipeline(limit: int | None, accept_new: bool = False):
     return run
 
 
-def lock_pipeline(action: str, accept_new: bool = False):
+def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = False):
     def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
         with _connect(h, ui, accept_new) as hc:
             if action == "status":
@@ -248,7 +267,12 @@ def lock_pipeline(action: str, accept_new: bool = False):
                 return HostResult(h.name, True, "held", 0,
                                   f"held by {lk.get('who')} since {lk.get('when')} ({lk.get('op')} {lk.get('deploy_id')}, "
                                   f"why: {lk.get('why') or '-'}; {alive})", data={"lock": lk})
-            res = hostops.lock_release(hc)
+            res = hostops.lock_release(hc, dry_run=dry_run)
+            if res.get("would_release"):
+                holder = res.get("holder") or {}
+                return HostResult(h.name, True, "would-release", 0,
+                                  f"would release the lock of {holder.get('who')} ({holder.get('op')} "
+                                  f"{holder.get('deploy_id')}, since {holder.get('when')}); wrote nothing", data=res)
             if not res.get("released"):
                 return HostResult(h.name, True, "free", 0, "no deploy lock was held", data=res)
             holder = res.get("holder") or {}
