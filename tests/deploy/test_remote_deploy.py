@@ -469,6 +469,7 @@ def test_connection_killed_mid_commit_is_recorded_and_rollback_recovers(fleet, b
     code, out, err = cli("status", "fake0", "--inventory", fleet.inventory, "--json")
     st = json.loads(out)["hosts"][0]
     assert st["data"]["interrupted"] == [rec["deploy_id"]] and "rollback" in st["message"]
+    assert code == 0 and cli("status", "fake0", "--strict", "--inventory", fleet.inventory)[0] == 14
     code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", fleet.inventory, "--json")
     assert code == 7 and "process is gone" in json.loads(out)["hosts"][0]["message"]
     code, out, err = cli("rollback", "fake0", "--inventory", fleet.inventory)
@@ -600,6 +601,26 @@ def test_paths_with_spaces_and_shell_metacharacters(tmp_path, light_site, builds
 
 
 # --- inventory / usage ---------------------------------------------------------------------------
+
+
+def test_unreachable_host_exits_13_and_others_still_answer(fleet, cli):
+    fleet.host("fake1").stop()
+    code, out, err = cli("status", "fake1", "--inventory", fleet.inventory, "--json")
+    r = json.loads(out)["hosts"][0]
+    assert code == 13 and r["status"] == "unreachable" and "cannot connect" in r["message"]
+    assert "retry" in r["hint"]
+    code, out, err = cli("status", "fake0", "fake1", "--inventory", fleet.inventory, "--json")
+    assert code == 10 and [h["exit_code"] for h in json.loads(out)["hosts"]] == [0, 13]
+
+
+def test_status_strict_exits_14_on_drift_only(fleet, builds, cli):
+    assert cli("status", "fake0", "--strict", "--inventory", fleet.inventory, "--build", builds["good"])[0] == 0
+    (fleet.host("fake0").site / SPEC_INFO).write_bytes(b"# edited by hand\n")
+    code, out, err = cli("status", "fake0", "--inventory", fleet.inventory, "--build", builds["good"])
+    assert code == 0 and "unknown" in out
+    code, out, err = cli("status", "fake0", "--strict", "--inventory", fleet.inventory, "--build", builds["good"], "--json")
+    doc = json.loads(out)
+    assert code == 14 and doc["exit_code"] == 14 and doc["attention"] == ["fake0"] and "needs attention" in err
 
 
 def test_unknown_host_and_bad_inventory(fleet, cli, tmp_path):

@@ -164,11 +164,17 @@ def status(
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
     build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Compare against this build (default: the host's records only)."),
+    strict: bool = typer.Option(False, "--strict",
+                                help="Exit 14 when a host is drifted, interrupted or needs a human (for cron and CI)."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
-    """Per file: pristine / patched (which series) / unknown (drifted); the lock and the last deploy."""
+    """Per file: pristine / patched (which series) / unknown (drifted); the lock and the last deploy.
+
+    Exit 0 when every host answered; with --strict, exit 14 when any host needs attention.
+    """
+    from ..errors import AttentionError
     from ..remote.fleet import finish, run_fleet
     from ..remote.hostops import load_build
     from ..remote.push import status_pipeline
@@ -195,7 +201,13 @@ def status(
             if st.get("interrupted"):
                 err.print(f"[bold red]interrupted deploy {st['interrupted'][-1]}[/]: run `ddtree-deploy rollback {r.host}`")
             out_line(f"{r.host}\t{r.message}")
-    _exit(finish("status", results, json_mode=json_, quiet=True))
+    attention = [r for r in results if r.ok and r.status == "attention"]
+    if strict:
+        for r in attention:
+            err.print(f"{r.host}: needs attention: {r.message}", markup=False, highlight=False)
+    code = finish("status", results, json_mode=json_, quiet=True, extra={"attention": [r.host for r in attention]},
+                  ok_code=AttentionError.exit_code if strict and attention else 0)
+    _exit(code)
 
 
 def history(

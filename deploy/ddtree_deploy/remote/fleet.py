@@ -166,14 +166,15 @@ def _print_table(title: str, results: list[HostResult], quiet: bool = False) -> 
 
 
 def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: bool = False,
-           extra: dict[str, Any] | None = None) -> int:
-    """Print the table (stderr) and the JSON (stdout); return the exit code."""
+           extra: dict[str, Any] | None = None, ok_code: int = 0) -> int:
+    """Print the table (stderr) and the JSON (stdout); return the exit code (``ok_code`` when no
+    host failed: ``status --strict`` uses it for hosts that answered but need attention)."""
     from ..console import out_json
 
     _print_table(title, results, quiet)
     failed = [r for r in results if not r.ok]
     if not failed:
-        code = 0
+        code = ok_code
     elif len(results) == 1:
         code = failed[0].exit_code
     else:
@@ -185,7 +186,7 @@ def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: boo
     if len(results) > 1 and failed:
         err.print(f"{len(failed)} of {len(results)} hosts failed")
     if json_mode:
-        doc = {"ok": not failed, "exit_code": code, "hosts": [r.to_json() for r in results]}
+        doc = {"ok": not failed and not code, "exit_code": code, "hosts": [r.to_json() for r in results]}
         if extra:
             doc.update(extra)
         out_json(doc)
