@@ -347,7 +347,7 @@ def test_permission_denied_read_only_bind_mount(fleet, builds, cli):
         subprocess.run(["umount", str(d)])
 
 
-def test_disk_full(tmp_path, light_site, builds, cli):
+def test_disk_full(tmp_path, light_site, builds, cli, monkeypatch):
     """A small tmpfs as the host's site-packages: preflight refuses; forced past it, ENOSPC rolls back."""
     f = start_fleet(tmp_path, 1, light_site)
     h = f.hosts[0]
@@ -370,11 +370,18 @@ def test_disk_full(tmp_path, light_site, builds, cli):
         assert code == 6
         assert "not enough free disk" in json.loads(out)["hosts"][0]["message"]
         assert tree_hashes(h.site) == before and not h.state_dir.exists()
+        # the test hook variable cannot switch the disk check off...
         os.environ["DDTREE_DEPLOY_TEST_HOOKS"] = json.dumps({"skip_disk_check": 1})
         try:
-            code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", f.inventory, "--json")
+            code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", f.inventory)
+            assert code == 2 and "unknown hook(s) skip_disk_check" in err
         finally:
             del os.environ["DDTREE_DEPLOY_TEST_HOOKS"]
+        # ...a test injects it instead (in-process), to reach the ENOSPC path on the host
+        from ddtree_deploy.remote import hostops
+
+        monkeypatch.setattr(hostops, "check_disk", lambda *a, **k: None)
+        code, out, err = cli("push", "fake0", "--build", builds["big"], "--inventory", f.inventory, "--json")
         assert code == 8, out + err  # failed after writing, restored and verified
         r = json.loads(out)["hosts"][0]
         assert "No space left" in r["message"] and "restored" in r["message"]
@@ -382,6 +389,53 @@ def test_disk_full(tmp_path, light_site, builds, cli):
         assert records(h)[0]["status"] == "aborted"
     finally:
         subprocess.run(["umount", str(mnt)])
+        f.stop()
+
+
+def test_full_state_disk_still_ends_with_an_honest_record_and_audit_line(tmp_path, light_site, builds, cli,
+                                                                         monkeypatch):
+    """The state dir fills up while backing up: the outcome is still recorded ("aborted") and audited,
+    thanks to the space reserved before the first write; a state dir too small for even that refuses."""
+    from ddtree_deploy.remote import agent, hostops
+
+    f = start_fleet(tmp_path, 1, light_site)
+    h = f.hosts[0]
+    h.stop()
+    h.start(h.port, clean_shell=False)
+    sd = h.state_dir
+    sd.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setattr(hostops, "check_disk", lambda *a, **k: None)  # get past preflight (injected, in-process)
+    big = builds["big"]
+    mounted = False
+    try:
+        # 1. too small for the reserve itself: refused before any write, nothing left behind
+        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(sd)], capture_output=True).returncode:
+            pytest.skip("cannot mount a tmpfs here (not root?)")
+        mounted = True
+        before = tree_hashes(h.site)
+        code, out, err = cli("push", "fake0", "--build", big, "--inventory", f.inventory, "--json")
+        r = json.loads(out)["hosts"][0]
+        assert code == 6 and "cannot write the deploy record" in r["message"], out + err
+        assert tree_hashes(h.site) == before and records(h) == [] and not (sd / "lock").exists()
+        subprocess.run(["umount", str(sd)], check=True)
+        # 2. room for the reserve, the lock, the record (and its temp copy) and the first backup, not the second
+        first, second = [p for p in manifest_hashes(big) if (light_site / p).exists()][:2]
+        pages = lambda p: -(-(light_site / p).stat().st_size // 4096)  # noqa: E731
+        assert pages(second) > 1
+        size = agent.RESERVE_MIN + 4096 * (3 + pages(first) + 1)
+        subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(sd)], check=True)
+        code, out, err = cli("push", "fake0", "--build", big, "--inventory", f.inventory, "--json")
+        r = json.loads(out)["hosts"][0]
+        assert code == 8 and "No space left" in r["message"], out + err
+        assert "NOT RECORDED" not in r["message"]
+        assert tree_hashes(h.site) == before and no_temp_files(h)
+        (rec,) = records(h)
+        assert rec["status"] == "aborted"  # not left at backing-up ("interrupted, the host may be mixed")
+        assert audit(h)[-1]["deploy_id"] == rec["deploy_id"] and audit(h)[-1]["result"].startswith("aborted")
+        assert not (sd / "deploys" / rec["deploy_id"] / "reserve").exists()
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(sd)])
         f.stop()
 
 
@@ -396,6 +450,9 @@ def test_smoke_failure_rolls_back_to_pristine(fleet, builds, cli):
     r = json.loads(out)["hosts"][0]
     assert r["error"] == "RolledBackError" and "smoke failed" in r["message"]
     assert "ddtree smoke failure on purpose" in r["data"]["checks"]["output_tail"]
+    # everything was uploaded before it was rolled back: the counts say so
+    sizes = [(builds["bad"] / p).stat().st_size for p in manifest_hashes(builds["bad"])]
+    assert (r["files_sent"], r["bytes_sent"]) == (len(sizes), sum(sizes))
     assert tree_hashes(h.site) == before and no_temp_files(h)
     (rec,) = records(h)
     assert rec["status"] == "rolled-back"

@@ -90,6 +90,9 @@ def push(
     from ..remote.fleet import finish, run_fleet
     from ..remote.push import PushOptions, push_pipeline
 
+    from ..remote.hostops import test_hooks
+
+    test_hooks()  # refuses a hook that does not exist (only delays do) before anything runs
     hs = _hosts(inventory, hosts, all_)
     if no_rollback and not restart:
         raise UsageError("--no-rollback only applies together with --restart")

@@ -302,6 +302,36 @@ def save_record(rec):
     write_json_atomic(os.path.join(rec["_dir"], "record.json"), {k: v for k, v in rec.items() if k != "_dir"})
 
 
+# Space kept aside in the state dir for the last record update and the audit line: written before
+# the first backup, given back just before the outcome is recorded, so that a state disk that fills
+# up during a push still ends with an honest record ("aborted", "rolled-back") and an audit line.
+RESERVE_MIN = 256 << 10
+
+
+def reserve_space(rdir, rec):
+    need = max(RESERVE_MIN, 4 * len(json.dumps({k: v for k, v in rec.items() if k != "_dir"})) + (64 << 10))
+    path = os.path.join(rdir, "reserve")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        block = b"\0" * (64 << 10)
+        left = need
+        while left > 0:
+            n = os.write(fd, block[:left])
+            left -= n
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def release_reserve(path):
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
 # --- file operations ------------------------------------------------------------------------------
 
 
@@ -566,6 +596,7 @@ def op_apply(req, stdin):
     hook(req, "after_receive")
     acquire_lock(sd, req, "push")
     rec = None
+    reserve = None
     try:
         # re-check under the lock: nothing may have changed since preflight
         for f in req["files"]:
@@ -573,19 +604,26 @@ def op_apply(req, stdin):
             if got not in f["allowed_current"]:
                 raise Fail("DriftError", "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
         rdir = record_dir(sd, deploy_id)
-        os.makedirs(os.path.join(rdir, "backup"), mode=0o700)
         seq = max([r.get("seq", 0) for r in load_records(sd)] + [0]) + 1
-        rec = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": "backing-up", "who": req.get("who"),
-               "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
-               "version": req.get("version"), "site_packages": site, "started": now(),
-               "files": [], "created_dirs": [], "_dir": rdir}
+        draft = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": "backing-up", "who": req.get("who"),
+                 "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
+                 "version": req.get("version"), "site_packages": site, "started": now(),
+                 "files": [], "created_dirs": [], "_dir": rdir}
         for f in req["files"]:
             target = safe_join(site, f["path"])
             before = file_sha(target)
             mode = "%04o" % (os.stat(target).st_mode & 0o7777) if before else None
-            rec["files"].append({"path": f["path"], "action": f["action"], "before_sha256": before,
-                                 "before_mode": mode, "after_sha256": f.get("sha256"), "after_mode": f.get("mode")})
-        save_record(rec)
+            draft["files"].append({"path": f["path"], "action": f["action"], "before_sha256": before,
+                                   "before_mode": mode, "after_sha256": f.get("sha256"), "after_mode": f.get("mode")})
+        try:  # nothing is written to site-packages until the outcome is sure to fit in the state dir
+            os.makedirs(os.path.join(rdir, "backup"), mode=0o700)
+            reserve = reserve_space(rdir, draft)
+            save_record(draft)
+        except OSError as exc:
+            shutil.rmtree(rdir, ignore_errors=True)
+            raise Fail("HostRefusedError", "cannot write the deploy record in the state dir %s (%s); nothing was "
+                       "written to site-packages" % (sd, exc), hint="free some space in the state dir on the host")
+        rec = draft
         event("backup")
         for f in rec["files"]:
             if f["before_sha256"] is None:
@@ -643,6 +681,8 @@ def op_apply(req, stdin):
             raise Fail("SmokeFailedError", "%s failed on the host" % checks["failed_step"], checks=checks)
         rec["status"] = "deployed"
         rec["finished"] = now()
+        release_reserve(reserve)
+        reserve = None
         save_record(rec)
         audit(sd, dict(base, result="deployed", checks={k: v for k, v in checks.items() if k != "output_tail"}))
         out = {k: v for k, v in rec.items() if k != "_dir"}
@@ -650,8 +690,13 @@ def op_apply(req, stdin):
     except BaseException as exc:
         fail = exc if isinstance(exc, Fail) else Fail("RemoteError", "%s: %s" % (type(exc).__name__, exc))
         if rec is None:
-            audit(sd, dict(base, result="refused: " + fail.message))
+            try:
+                audit(sd, dict(base, result="refused: " + fail.message))
+            except OSError as exc:
+                fail.message += "; NOT RECORDED in the audit log: %s" % exc
             raise fail
+        release_reserve(reserve)  # the space kept for this moment: the outcome must be recorded
+        unsaved = []
         changed = rec["status"] != "backing-up"
         if changed:
             event("restore")
@@ -660,8 +705,8 @@ def op_apply(req, stdin):
             rec["failure"] = fail.message
             try:
                 save_record(rec)
-            except OSError:
-                pass
+            except OSError as exc:
+                unsaved.append("record (status restoring): %s" % exc)
             problems = restore_record(rec, site)
         else:
             prev, problems = "backing-up", []
@@ -677,13 +722,17 @@ def op_apply(req, stdin):
             msg = "%s; the host was restored to its previous state (verified)" % fail.message
         try:
             save_record(rec)
-        except OSError:
-            pass
+            unsaved = []  # the final record supersedes an earlier unsaved one
+        except OSError as exc:
+            unsaved.append("record (status %s): %s" % (rec["status"], exc))
         try:
             audit(sd, dict(base, result=rec["status"] + ": " + fail.message))
-        except OSError:
-            pass
+        except OSError as exc:
+            unsaved.append("audit line: %s" % exc)
+        if unsaved:  # say exactly what the state dir does not know
+            msg += "; NOT RECORDED on the host (state dir): " + "; ".join(unsaved)
         details = dict(fail.details)
+        details["unrecorded"] = unsaved
         details["cause"] = fail.kind
         details["record_status"] = rec["status"]
         raise Fail(kind, msg, **details)

@@ -48,6 +48,8 @@ def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
                   13: "unreachable", 130: "interrupted", 2: "usage-error"}.get(exc.exit_code, "failed")
         return HostResult(host, False, status, exc.exit_code, exc.message, exc.hint,
                           deploy_id=exc.details.get("deploy_id"), seconds=time.monotonic() - t0,
+                          files_sent=int(exc.details.get("files_sent") or 0),
+                          bytes_sent=int(exc.details.get("bytes_sent") or 0),
                           error=type(exc).__name__, data={k: v for k, v in exc.details.items() if k != "host"})
     return HostResult(host, False, "failed", 1, f"{host}: unexpected {type(exc).__name__}: {exc}", None,
                       seconds=time.monotonic() - t0, error=type(exc).__name__,

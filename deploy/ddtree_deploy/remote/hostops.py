@@ -237,32 +237,37 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
         raise HostRefusedError(
             f"{h.name}: deploy {stuck[-1]['deploy_id']} was interrupted ({stuck[-1]['status']}); the host may be mixed",
             hint=f"ddtree-deploy rollback {h.name}", details={"host": h.name, "interrupted": stuck[-1]["deploy_id"]})
-    sending = plan.to_send
-    if sending and not test_hooks().get("skip_disk_check"):
-        denied = []
-        for fp in sending:
-            info = pr["files"][fp.path]
-            if not info.get("dir_writable") or (info.get("exists") and not info.get("writable")):
-                denied.append(fp.path)
-        if not pr.get("state_writable"):
-            denied.append(f"state_dir {pr['state_dir']}")
-        if denied:
-            raise HostRefusedError(f"{h.name}: permission denied (cannot write): {', '.join(denied)}",
-                                   hint="check the SSH user's rights on the host (or a read-only/immutable file)",
-                                   details={"host": h.name, "denied": denied})
-        need_site = sum(fp.size for fp in sending) + FREE_MARGIN
-        need_state = sum((pr["files"][fp.path].get("size") or 0) for fp in sending) + FREE_MARGIN
-        free = dict(pr.get("free_bytes", {}))
-        per_dir = [pr["files"][fp.path].get("free") for fp in sending]
-        per_dir = [x for x in per_dir if x is not None]
-        if per_dir:
-            free["site"] = min(per_dir + ([free["site"]] if free.get("site") is not None else []))
-        for key, need in (("site", need_site), ("state", need_state)):
-            if free.get(key) is not None and free[key] < need:
-                raise HostRefusedError(
-                    f"{h.name}: not enough free disk for {key} ({free[key]} bytes free, need {need})",
-                    hint="free some space on the host", details={"host": h.name, "free_bytes": free})
+    check_disk(h, pr, plan.to_send)
     return plan
+
+
+def check_disk(h: HostConfig, pr: dict[str, Any], sending: list[FilePlan]) -> None:
+    """Write permission and free disk for what a push will write (site-packages and state dir)."""
+    if not sending:
+        return
+    denied = []
+    for fp in sending:
+        info = pr["files"][fp.path]
+        if not info.get("dir_writable") or (info.get("exists") and not info.get("writable")):
+            denied.append(fp.path)
+    if not pr.get("state_writable"):
+        denied.append(f"state_dir {pr['state_dir']}")
+    if denied:
+        raise HostRefusedError(f"{h.name}: permission denied (cannot write): {', '.join(denied)}",
+                               hint="check the SSH user's rights on the host (or a read-only/immutable file)",
+                               details={"host": h.name, "denied": denied})
+    need_site = sum(fp.size for fp in sending) + FREE_MARGIN
+    need_state = sum((pr["files"][fp.path].get("size") or 0) for fp in sending) + FREE_MARGIN
+    free = dict(pr.get("free_bytes", {}))
+    per_dir = [pr["files"][fp.path].get("free") for fp in sending]
+    per_dir = [x for x in per_dir if x is not None]
+    if per_dir:
+        free["site"] = min(per_dir + ([free["site"]] if free.get("site") is not None else []))
+    for key, need in (("site", need_site), ("state", need_state)):
+        if free.get(key) is not None and free[key] < need:
+            raise HostRefusedError(
+                f"{h.name}: not enough free disk for {key} ({free[key]} bytes free, need {need})",
+                hint="free some space on the host", details={"host": h.name, "free_bytes": free})
 
 
 def with_contents(hc: HostConnection, plan: Plan, bs: BuildSet) -> None:
@@ -280,12 +285,27 @@ def with_contents(hc: HostConnection, plan: Plan, bs: BuildSet) -> None:
 # --- apply -----------------------------------------------------------------------------------------
 
 
+# Test-only pauses and upload pacing, read from ``DDTREE_DEPLOY_TEST_HOOKS='{"before_commit": 2}'``:
+# they only make a step slower (so a test can cut the connection or edit a file at that moment),
+# never skip one. Any other key is refused, so the variable can never switch a safety check off;
+# a test that needs a check out of the way injects that in-process (e.g. replaces ``check_disk``).
+TEST_HOOK_DELAYS = ("after_receive", "before_commit", "between_renames", "throttle")
+
+
 def test_hooks() -> dict[str, float]:
-    """Test-only delays (``DDTREE_DEPLOY_TEST_HOOKS='{"before_commit": 2}'``); empty in real use."""
     raw = os.environ.get("DDTREE_DEPLOY_TEST_HOOKS")
     if not raw:
         return {}
-    return {k: float(v) for k, v in json.loads(raw).items()}
+    try:
+        hooks = json.loads(raw)
+        assert isinstance(hooks, dict)
+    except (ValueError, AssertionError):
+        raise UsageError("DDTREE_DEPLOY_TEST_HOOKS is not a JSON object", hint="unset DDTREE_DEPLOY_TEST_HOOKS") from None
+    bad = sorted(set(hooks) - set(TEST_HOOK_DELAYS))
+    if bad:
+        raise UsageError(f"DDTREE_DEPLOY_TEST_HOOKS: unknown hook(s) {', '.join(bad)} (only delays exist: "
+                         f"{', '.join(TEST_HOOK_DELAYS)})", hint="unset DDTREE_DEPLOY_TEST_HOOKS")
+    return {k: float(v) for k, v in hooks.items()}
 
 
 def apply(hc: HostConnection, bs: BuildSet, plan: Plan, *, deploy_id: str, why: str | None,
@@ -304,7 +324,7 @@ def apply(hc: HostConnection, bs: BuildSet, plan: Plan, *, deploy_id: str, why: 
                   for fp in send],
         "smoke": {"compile": bs.compile_paths(), "modules": smoke_modules(h, bs), "run": smoke_run(h, bs),
                   "timeout": h.smoke_timeout},
-        "test_hooks": {k: v for k, v in hooks.items() if k not in ("throttle", "skip_disk_check")},
+        "test_hooks": {k: v for k, v in hooks.items() if k != "throttle"},
     }
     payload = [by_path[fp.path].data or b"" for fp in send if fp.action != "delete"]
     return hc.run_agent(req, payload, on_event=on_event, on_sent=on_sent, cancel=cancel,

@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import RemoteError, RolledBackError, SmokeFailedError, UsageError
+from ..errors import DDTreeDeployError, RemoteError, RolledBackError, SmokeFailedError, UsageError
 from . import hostops
 from .connection import HostConnection, Interrupted
 from .fleet import UI, HostResult
@@ -58,6 +58,24 @@ def file_diff(fp: hostops.FilePlan, new: bytes | None) -> str:
     return "".join(difflib.unified_diff(old_lines, new_lines, a, b))
 
 
+def _sent_counts(send: list[hostops.FilePlan], nbytes: int) -> tuple[int, int]:
+    """(files, bytes) of the payload that went out: a file counts once all of its bytes did."""
+    files, total = 0, 0
+    for fp in send:
+        if total + fp.size > nbytes:
+            break
+        total += fp.size
+        files += 1
+    return files, nbytes
+
+
+def _interrupted(h: HostConfig, deploy_id: str, exc: DDTreeDeployError) -> Interrupted:
+    return Interrupted(
+        f"{h.name}: interrupted during deploy {deploy_id}; a partial upload is discarded by the host, a "
+        f"complete one finishes (or rolls back) on its own and is recorded",
+        hint=f"ddtree-deploy status {h.name}", details={**exc.details, "deploy_id": deploy_id})
+
+
 def push_pipeline(bs: BuildSet, opts: PushOptions):
     def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
         if opts.restart and not h.restart_command:
@@ -95,22 +113,26 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
             try:
                 rec = hostops.apply(hc, bs, plan, deploy_id=deploy_id, why=opts.why, on_event=_event_cb(h, ui),
                                     on_sent=on_sent, cancel=cancel)
-            except Interrupted:
-                raise Interrupted(
-                    f"{h.name}: interrupted during deploy {deploy_id}; a partial upload is discarded by the host, a "
-                    f"complete one finishes (or rolls back) on its own and is recorded",
-                    hint=f"ddtree-deploy status {h.name}", details={"deploy_id": deploy_id}) from None
-            except RemoteError as exc:
-                exc.details.setdefault("deploy_id", deploy_id)
-                if exc.details.get("connection_lost"):
-                    exc.hint = exc.hint or f"check, then undo if needed: ddtree-deploy status {h.name}; ddtree-deploy rollback {h.name}"
+            except DDTreeDeployError as exc:  # every outcome says what went over the wire
+                exc.details["files_sent"], exc.details["bytes_sent"] = _sent_counts(send, sent[0])
+                if isinstance(exc, Interrupted):
+                    raise _interrupted(h, deploy_id, exc) from None
+                if isinstance(exc, RemoteError):
+                    exc.details.setdefault("deploy_id", deploy_id)
+                    if exc.details.get("connection_lost"):
+                        exc.hint = exc.hint or (f"check, then undo if needed: ddtree-deploy status {h.name}; "
+                                                f"ddtree-deploy rollback {h.name}")
                 raise
             result = HostResult(h.name, True, "deployed", 0,
                                 f"deployed {bs.series_id}: {len(send)} file(s), compile + smoke ok",
                                 deploy_id=deploy_id, files_sent=len(send), bytes_sent=plan.bytes_to_send,
                                 data={"files": files, "checks": rec.get("checks"), "wire_bytes": hc.bytes_sent})
             if opts.restart:
-                _service_step(hc, bs, deploy_id, opts, ui, cancel)
+                try:
+                    _service_step(hc, bs, deploy_id, opts, ui, cancel)
+                except DDTreeDeployError as exc:
+                    exc.details["files_sent"], exc.details["bytes_sent"] = len(send), plan.bytes_to_send
+                    raise
                 result.message += "; restarted, healthy"
             return result
         finally:
