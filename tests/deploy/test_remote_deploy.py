@@ -152,6 +152,32 @@ def test_site_packages_asked_from_the_interpreter(fleet, builds, cli):
     assert records(h)[0]["site_packages"] == str(h.site)
 
 
+def test_preflight_and_smoke_prove_the_interpreter_imports_the_inventory_site(fleet, builds, cli, light_site, tmp_path):
+    """site_packages names a copy of sglang that the host's python does not import: refused, nothing written."""
+    import shutil
+
+    other = tmp_path / "other-site"
+    shutil.copytree(light_site, other, symlinks=True)
+    fleet.overrides["fake0"]["site_packages"] = str(other)
+    fleet.rewrite_inventory()
+    h = fleet.host("fake0")
+    before, before_other = tree_hashes(h.site), tree_hashes(other)
+    code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    r = json.loads(out)["hosts"][0]
+    assert code == 6, out + err
+    assert f"imports sglang from {(h.site / 'sglang').resolve()}" in r["message"] and str(other) in r["message"]
+    assert tree_hashes(h.site) == before and tree_hashes(other) == before_other and not h.state_dir.exists()
+    code, out, err = cli("smoke", "fake0", "--inventory", fleet.inventory, "--json")
+    r = json.loads(out)["hosts"][0]
+    assert code == 6 and "not from site_packages" in r["message"], out + err
+    # the inventory fixed (its own site-packages): both pass, and the proof is in the result
+    fleet.overrides["fake0"]["site_packages"] = str(h.site)
+    fleet.rewrite_inventory()
+    assert cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory)[0] == 0
+    code, out, err = cli("smoke", "fake0", "--inventory", fleet.inventory, "--json")
+    assert code == 0 and json.loads(out)["hosts"][0]["data"]["import_check"]["found"] == [str((h.site / "sglang").resolve())]
+
+
 @pytest.mark.parametrize("damage", ["corrupt", "missing"])
 def test_broken_backup_refuses_rollback_before_any_write(fleet, builds, cli, light_site, damage):
     """Issue 10: one bad backup among several files must not leave the host half-restored."""

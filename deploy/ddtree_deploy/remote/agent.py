@@ -473,6 +473,49 @@ def run_checks(site, paths, modules, timeout, run=()):
     return out
 
 
+# Where a fresh interpreter (the same one smoke and the service use, from a neutral cwd) would import
+# the package from; ``find_spec`` of a top-level name finds it without running its ``__init__``.
+WHERE_SRC = r"""
+import importlib.util, json, sys
+spec = importlib.util.find_spec(sys.argv[1])
+locs = [] if spec is None else list(spec.submodule_search_locations or ([spec.origin] if spec.origin else []))
+print(json.dumps(locs))
+"""
+
+
+def import_check(site, package):
+    """Prove the host interpreter imports ``package`` from ``site`` (and from nowhere else)."""
+    want = os.path.realpath(os.path.join(site, package))
+    work = tempfile.mkdtemp(prefix="ddtree-where-")
+    try:
+        p = subprocess.run([sys.executable, "-c", WHERE_SRC, package], cwd=work, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        try:
+            locs = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            locs = None
+    except subprocess.TimeoutExpired:
+        locs = None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    found = None if locs is None else [os.path.realpath(x) for x in locs]
+    return {"package": package, "expected": want, "found": found, "python": sys.executable,
+            "ok": found == [want]}
+
+
+def require_import_from_site(site, package):
+    chk = import_check(site, package)
+    if not chk["ok"]:
+        where = ("does not import %s at all" % package if not chk["found"] else
+                 "imports %s from %s" % (package, ", ".join(chk["found"])))
+        raise Fail("HostRefusedError", "%s %s, not from site_packages %s: a smoke test or deploy there would "
+                   "check the wrong copy" % (sys.executable, where, site),
+                   hint="make `site_packages` in the inventory the directory this `python` imports %s from "
+                        "(or drop it to ask the interpreter), or point `python` at the right interpreter" % package,
+                   import_check=chk)
+    return chk
+
+
 # --- operations -------------------------------------------------------------------------------------
 
 
@@ -522,7 +565,9 @@ def op_probe(req, stdin):
     recs = load_records(sd)
     for r in recs:
         r.pop("_dir", None)
+    where = import_check(site, req.get("package", "sglang")) if req.get("check_import") else None
     return {
+        "import_check": where,
         "python_version": "%d.%d.%d" % sys.version_info[:3],
         "python_executable": sys.executable,
         "site_packages": site,
@@ -901,8 +946,10 @@ def op_rollback(req, stdin):
 
 def op_smoke(req, stdin):
     site = find_site(req)
+    where = require_import_from_site(site, req.get("package", "sglang"))
+    event("import-check", found=where["found"])
     checks = run_checks(site, req["compile"], req["modules"], req["timeout"], req.get("run", ()))
-    return {"checks": checks, "site_packages": site}
+    return {"checks": checks, "site_packages": site, "import_check": where}
 
 
 def op_history(req, stdin):

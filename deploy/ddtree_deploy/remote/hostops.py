@@ -170,10 +170,11 @@ def classify(f: DeployFile, cur: str | None, ours: dict[tuple[str, str], str]) -
 
 
 def probe(hc: HostConnection, paths: list[str], *, want_content: set[str] | None = None,
-          package: str = "sglang") -> dict[str, Any]:
+          package: str = "sglang", check_import: bool = False) -> dict[str, Any]:
     h = hc.host
     return hc.run_agent({
         "op": "probe", "package": package, "site_packages": h.site_packages, "state_dir": h.state_dir,
+        "check_import": check_import,
         "files": [{"path": p, "want_content": bool(want_content and p in want_content)} for p in paths],
     }, timeout=120)
 
@@ -181,7 +182,7 @@ def probe(hc: HostConnection, paths: list[str], *, want_content: set[str] | None
 def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Plan:
     """Everything we check before writing anything; raises a HostRefusedError subclass or LockHeldError."""
     h = hc.host
-    pr = probe(hc, [f.path for f in bs.files], package=bs.package)
+    pr = probe(hc, [f.path for f in bs.files], package=bs.package, check_import=True)
     plan = Plan(h.name, pr)
     ver = pr.get("package_version")
     if ver != bs.version:
@@ -189,6 +190,17 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
             f"{h.name}: {bs.package} on the host is {ver or 'not installed'} in {pr['site_packages']}; the build is for {bs.version}",
             hint="install the pinned version on the host (or fix site_packages in the inventory)",
             details={"host": h.name, "host_version": ver})
+    where = pr.get("import_check") or {}
+    if not where.get("ok"):
+        found = where.get("found")
+        raise HostRefusedError(
+            f"{h.name}: {pr['python_executable']} "
+            + (f"imports {bs.package} from {', '.join(found)}" if found else f"does not import {bs.package} at all")
+            + f", not from site_packages {pr['site_packages']}: refusing (a deploy there would be smoke-tested on "
+              f"the wrong copy)",
+            hint="make `site_packages` in the inventory the directory this `python` imports it from (or drop it to "
+                 "ask the interpreter), or point `python` at the right interpreter",
+            details={"host": h.name, "import_check": where})
     pyv = tuple(int(x) for x in pr["python_version"].split(".")[:2])
     if pyv < MIN_PYTHON:
         raise HostRefusedError(f"{h.name}: the host's Python is {pr['python_version']}; SGLang needs >= 3.10",
@@ -382,7 +394,8 @@ def smoke(hc: HostConnection, bs: BuildSet | None, *, on_event=None, cancel=None
     mods = smoke_modules(h, bs)
     if h.smoke_modules is None and not bs:
         mods = [p[:-3].replace("/", ".").removesuffix(".__init__") for p in paths if p.endswith(".py")]
-    return hc.run_agent({"op": "smoke", "site_packages": h.site_packages, "compile": paths, "modules": mods,
+    return hc.run_agent({"op": "smoke", "site_packages": h.site_packages, "package": bs.package if bs else "sglang",
+                         "compile": paths, "modules": mods,
                          "run": smoke_run(h, bs), "timeout": h.smoke_timeout}, on_event=on_event, cancel=cancel, timeout=h.smoke_timeout * 2 + 60)
 
 

@@ -212,7 +212,7 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
             return HostResult(h.name, True, "smoke-ok", 0,
                               f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)"
                               + (f", ran {', '.join(chk['run'])}" if chk.get("run") else ""),
-                              data={"checks": chk})
+                              data={"checks": chk, "import_check": res.get("import_check")})
     return run
 
 
