@@ -562,6 +562,41 @@ def test_connection_killed_mid_commit_is_recorded_and_rollback_recovers(fleet, b
     assert records(h)[0]["status"] == "rolled-back"
 
 
+def test_file_changed_between_preflight_and_lock_is_refused_under_the_lock(fleet, builds):
+    """The agent re-checks every target's hash once it holds the lock (the preflight's answer is stale)."""
+    import threading
+
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["good"], hooks={"after_receive": 3.0})
+    seen = threading.Event()
+    lines: list[bytes] = []
+
+    def read_err():
+        for line in p.stderr:
+            lines.append(line)
+            if b"receiving" in line:
+                seen.set()
+
+    t = threading.Thread(target=read_err, daemon=True)
+    t.start()
+    try:
+        assert seen.wait(30), b"".join(lines)
+        time.sleep(0.5)  # the payload is in; the agent sleeps before taking the lock
+        target = h.site / SPEC_INFO
+        target.write_bytes(target.read_bytes() + b"# changed by someone else meanwhile\n")
+        edited = tree_hashes(h.site)
+        p.wait(timeout=60)
+        t.join(10)
+    finally:
+        p.kill()
+    err = b"".join(lines).decode()
+    assert p.returncode == 6, err
+    assert f"{SPEC_INFO} changed since preflight" in err
+    assert tree_hashes(h.site) == edited and no_temp_files(h)  # nothing written, the edit kept
+    assert records(h) == [] and not (h.state_dir / "lock").exists()
+    assert audit(h)[-1]["result"].startswith("refused: " + SPEC_INFO)
+
+
 def test_connection_cut_after_upload_host_finishes_on_its_own(fleet, builds):
     h = fleet.host("fake0")
     p = _start_push(fleet, builds["good"], hooks={"before_commit": 1.0})
