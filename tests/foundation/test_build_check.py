@@ -33,7 +33,17 @@ def two_patch_series(snapshot_root, make_series, tmp_path):
     p1 = git_diff(pristine, v1, SPEC, tmp_path / "d1") + git_diff(None, b"X = 1\n", "sglang/srt/new_mod.py",
                                                                    tmp_path / "d1")
     p2 = git_diff(v1, v2, SPEC, tmp_path / "d2")
-    return make_series({"0001-marker.patch": p1, "0002-hook.patch": p2}), pristine, v2
+    d = make_series({"0001-marker.patch": p1, "0002-hook.patch": p2})
+    series_pin(d, snapshot_root)
+    return d, pristine, v2
+
+
+def series_pin(series_dir, snapshot_root):
+    """A pin for a test series (the repo pin's wheels; [files] = what this series touches), next to it."""
+    repo_pin = load_pin(default_pin_path())
+    pin = Pin(repo_pin.name, repo_pin.version, repo_pin.wheels,
+              authoring.pin_files(repo_pin, load_series(series_dir), snapshot_root))
+    return pin.save(series_dir.parent / "pin.toml")
 
 
 def test_build_writes_files_and_manifest(two_patch_series, snapshot_root, tmp_path):
@@ -84,7 +94,8 @@ def test_check_reports_drift_in_the_base_with_file_and_hunk(two_patch_series, sn
     idx = next(i for i, ln in enumerate(lines) if b"class SpeculativeAlgorithm" in ln)
     lines[idx - 1] = lines[idx - 1].rstrip(b"\n") + b"  # local edit\n"  # a context line of hunk 1
     (against / SPEC).write_bytes(b"".join(lines))
-    r = run_cli("check", "--series", str(series_dir), "--against", str(against), "--json")
+    r = run_cli("check", "--series", str(series_dir), "--against", str(against), "--json",
+                "--pin", str(series_dir.parent / "pin.toml"))
     assert r.returncode == 4, r.stderr
     rep = json.loads(r.stdout)
     assert rep["ok"] is False
@@ -98,7 +109,8 @@ def test_check_reports_drift_in_the_base_with_file_and_hunk(two_patch_series, sn
 
 def test_check_ok_json_and_pristine_tree(two_patch_series, snapshot_root):
     series_dir, _, _ = two_patch_series
-    r = run_cli("check", "--series", str(series_dir), "--against", str(snapshot_root), "--json")
+    r = run_cli("check", "--series", str(series_dir), "--against", str(snapshot_root), "--json",
+                "--pin", str(series_dir.parent / "pin.toml"))
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["ok"] and [p["status"] for p in rep["patches"]] == ["applied", "applied"]
@@ -233,3 +245,69 @@ def test_cli_exit_codes_and_streams(tmp_path, make_series):
     assert json.loads(r.stdout)["error"] == "PatchRefusedError"
     r = run_cli("--help")
     assert r.returncode == 0 and "push" in r.stdout and "check" in r.stdout
+
+
+def test_base_that_drifted_from_the_pin_is_refused_even_where_every_hunk_applies(two_patch_series, snapshot_root,
+                                                                                 tmp_path):
+    """A pinned file edited OUTSIDE every hunk: the patches still apply, the pin check refuses (exit 3)."""
+    series_dir, pristine, _ = two_patch_series
+    lines = pristine.splitlines(keepends=True)
+    idx = next(i for i, ln in enumerate(lines) if b"class SpeculativeAlgorithm" in ln)
+    assert idx > 8  # line 1 is far from hunk 1's context
+    lines[0] = lines[0].rstrip(b"\n") + b"  # local edit\n"
+    against = tmp_path / "site"
+    (against / SPEC).parent.mkdir(parents=True)
+    (against / SPEC).write_bytes(b"".join(lines))
+    pin = str(series_dir.parent / "pin.toml")
+    r = run_cli("check", "--series", str(series_dir), "--against", str(against), "--pin", pin, "--json")
+    assert r.returncode == 3, r.stdout + r.stderr
+    e = json.loads(r.stdout)["error"]
+    assert e["error"] == "HashMismatchError" and e["file"] == SPEC
+    assert e["expected_sha256"] == sha256_bytes(pristine) and e["actual_sha256"] == sha256_bytes(b"".join(lines))
+    with pytest.raises(HashMismatchError):
+        build(tmp_path / "out", series_dir=series_dir, base_dir=against, pin=load_pin(series_dir.parent / "pin.toml"))
+    assert not (tmp_path / "out").exists()
+
+
+def test_pin_coverage_is_a_policy_for_every_series_dir(two_patch_series, snapshot_root, tmp_path):
+    """Any series (not only the repo's path) must be covered by the pin it is built against; only an
+    explicit require_coverage=False (the test overlay) tolerates a lagging pin."""
+    from ddtree_deploy.errors import PinError
+
+    series_dir, _, v2 = two_patch_series
+    lagging = load_pin(series_dir.parent / "pin.toml")
+    del lagging.files["sglang/srt/new_mod.py"]
+    lagging.save(tmp_path / "lagging.toml")
+    r = run_cli("check", "--series", str(series_dir), "--against", str(snapshot_root), "--pin",
+                str(tmp_path / "lagging.toml"), "--json")
+    assert r.returncode == 3 and "sglang/srt/new_mod.py" in r.stderr and "snapshot pin" in r.stderr, r.stderr
+    with pytest.raises(PinError, match="new_mod.py"):
+        build(tmp_path / "out", series_dir=series_dir, base_dir=snapshot_root, pin=lagging)
+    build(tmp_path / "out", series_dir=series_dir, base_dir=snapshot_root, pin=lagging, require_coverage=False)
+    assert (tmp_path / "out" / SPEC).read_bytes() == v2
+
+
+def test_hunk_header_start_lines_are_checked(snapshot_root, tmp_path, make_series):
+    """A hunk whose header names the wrong line (old or new side) is refused, not applied elsewhere."""
+    import re
+
+    pristine = (snapshot_root / SPEC).read_bytes()
+    lines = pristine.splitlines(keepends=True)
+    lines.insert(60, b"# ddtree: hunk two\n")
+    lines.insert(20, b"# ddtree: hunk one\n")  # shifts hunk 2's new side by one
+    patch = git_diff(pristine, b"".join(lines), SPEC, tmp_path / "d")
+    heads = [m for m in re.finditer(rb"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@", patch, re.M)]
+    assert len(heads) == 2
+    m = heads[1]
+    for side, group in (("new", 3), ("old", 1)):
+        bad = patch[:m.start(group)] + str(int(m.group(group)) + 1).encode() + patch[m.end(group):]
+        d = make_series({"0001-x.patch": bad}, name=f"sglang-0.5.23-{side}")
+        with pytest.raises(PatchApplyError) as ei:
+            build(tmp_path / f"out-{side}", series_dir=d, base_dir=snapshot_root, pin=False)
+        assert ei.value.hunk == 2 and ei.value.file == SPEC
+        if side == "new":
+            assert "hunk header says new line" in ei.value.reason
+        assert not (tmp_path / f"out-{side}").exists()
+    d = make_series({"0001-x.patch": patch}, name="sglang-0.5.23-ok")
+    build(tmp_path / "out-ok", series_dir=d, base_dir=snapshot_root, pin=False)
+    assert (tmp_path / "out-ok" / SPEC).read_bytes() == b"".join(lines)
