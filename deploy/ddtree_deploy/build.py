@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
-from .errors import CompileError, DDTreeDeployError, HashMismatchError, PinError
+from .errors import CompileError, DDTreeDeployError, HashMismatchError, PinError, UsageError
 from .hashing import sha256_bytes
 from .manifest import FileEntry, Manifest, PatchEntry
 from .paths import default_pin_path, default_series_dir
@@ -63,7 +63,9 @@ def check_pin_coverage(series: Series, pin: Pin) -> None:
     if missing:
         raise PinError(
             f"the pin {pin.path} does not record {len(missing)} file(s) the series touches: {', '.join(missing)}",
-            hint="ddtree-deploy snapshot pin   # records their pristine hashes from the verified snapshot",
+            hint=(f"ddtree-deploy snapshot pin --series {series.directory}"
+                  + ("" if pin.path is None else f" --pin {pin.path}")
+                  + "   # records their pristine hashes from the verified snapshot"),
         )
 
 
@@ -117,8 +119,16 @@ def manifest_for(result: ApplyResult, pin: Pin | None) -> Manifest:
 def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
     """Write the patched files + manifest into ``out_dir``, replacing it whole (never half-written)."""
     out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+    try:
+        out_dir.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        blocker = next((a for a in [out_dir, *out_dir.parents] if a.exists() and not a.is_dir()), None)
+        if blocker is not None:
+            why = f"{blocker} is a file, not a directory"
+        raise UsageError(f"cannot write the build output {out_dir}: {why}",
+                         hint="choose a writable --out directory", details={"out": str(out_dir)}) from None
     try:
         for fr in result.changed():
             if fr.result is None:

@@ -196,7 +196,7 @@ def compile_check(result: ApplyResult) -> list[str]:
             raise CompileError(
                 f"{fr.path}:{lineno}: {msg} (introduced by {culprit})",
                 hint=f"fix {culprit}: ddtree-deploy patches edit, amend its commit, ddtree-deploy patches refresh",
-                details={"file": fr.path, "line": lineno, "patch": culprit, "message": msg},
+                details={"file": fr.path, "line": lineno, "patch": culprit, "reason": msg},
             ) from None
         checked.append(fr.path)
     return checked

@@ -65,10 +65,10 @@ class DDTreeDeployError(Exception):
         self.details = details or {}
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"error": type(self).__name__, "message": self.message}
+        out: dict[str, Any] = dict(self.details)  # never lets a detail hide the error's name or message
+        out.update({"error": type(self).__name__, "message": self.message})
         if self.hint:
             out["hint"] = self.hint
-        out.update(self.details)
         return out
 
 

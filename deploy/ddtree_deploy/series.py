@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from .errors import PatchParseError, PatchRefusedError, SeriesError
+from .errors import EmptyPatchError, PatchParseError, PatchRefusedError, SeriesError
 from .hashing import sha256_bytes
 
 SERIES_FILE = "series"
@@ -172,6 +172,11 @@ def parse_patch_bytes(raw: bytes, *, name: str, path: Path | None = None, packag
         seen.add(files[-1].path)
     if not files and raw.strip() and any(ln.startswith(("@@", "+++", "diff ")) for ln in lines):
         raise PatchParseError(f"{name}: looks like a diff but no file could be parsed from it")
+    if not files:
+        raise EmptyPatchError(
+            f"{name}: holds no diff (no '--- a/...' / '+++ b/...' file header): an empty or description-only "
+            "patch file changes nothing",
+            hint="put the diff in it (ddtree-deploy patches refresh writes it), or remove it from the series file")
     return Patch(name=name, path=path or Path(name), raw=raw, header="".join(header_lines), files=files)
 
 
@@ -255,7 +260,9 @@ def read_series_file(directory: Path) -> list[str]:
 
 
 def load_series(directory: Path, *, package: str = "sglang") -> Series:
-    directory = Path(directory)
+    directory = Path(directory).absolute()  # "." names its directory (the series name is the dir name)
+    if directory.name in ("", ".", ".."):
+        directory = directory.resolve()
     names = read_series_file(directory)
     patches = [parse_patch(directory / n, name=n, package=package) for n in names]
     on_disk = sorted(p.name for p in directory.iterdir() if p.suffix in (".patch", ".diff"))

@@ -311,3 +311,43 @@ def test_hunk_header_start_lines_are_checked(snapshot_root, tmp_path, make_serie
     d = make_series({"0001-x.patch": patch}, name="sglang-0.5.23-ok")
     build(tmp_path / "out-ok", series_dir=d, base_dir=snapshot_root, pin=False)
     assert (tmp_path / "out-ok" / SPEC).read_bytes() == b"".join(lines)
+
+
+def test_bad_input_is_refused_where_it_enters_with_exit_2(tmp_path, make_series, two_patch_series, snapshot_root):
+    """Issue 10, item 6: each bad input gets its own clear error and exit 2, not a misleading later one."""
+    empty = make_series({"0001-empty.patch": "Just a description.\nNo diff at all.\n"}, name="sglang-0.5.23-empty")
+    cases = [
+        (["check", "--series", str(empty)], "0001-empty.patch: holds no diff"),
+        (["check", "--series", "."], "is not a series directory"),  # run from tmp_path: no series file there
+        (["check", "--series", str(tmp_path / "nope")], "--series " + str(tmp_path / "nope") + ": no such directory"),
+        (["check", "--against", str(tmp_path / "nope")], "--against " + str(tmp_path / "nope") + ": no such directory"),
+        (["check", "--pin", str(tmp_path / "nope.toml")], "--pin " + str(tmp_path / "nope.toml") + ": no such file"),
+        (["build", "--pin", str(tmp_path / "nope.toml"), "--out", str(tmp_path / "o")], ": no such file"),
+        (["status", "x", "--inventory", str(tmp_path / "nope.toml")], "not found"),
+    ]
+    (tmp_path / "a-file").write_text("x")
+    cases.append((["build", "--out", str(tmp_path / "a-file" / "out")], f"{tmp_path / 'a-file'} is a file"))
+    for args, want in cases:
+        r = run_cli(*args, cwd=tmp_path)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert "error:" in r.stderr and want in r.stderr and "fix:" in r.stderr, (args, r.stderr)
+        assert "a bug" not in r.stderr
+    # `--series .` from inside a series dir names the series after that directory (not "")
+    series_dir, _, _ = two_patch_series
+    r = run_cli("check", "--series", ".", "--against", str(snapshot_root), "--pin",
+                str(series_dir.parent / "pin.toml"), "--json", cwd=series_dir)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["series"] == "sglang-0.5.23" and json.loads(r.stdout)["series_id"].startswith("sglang-0.5.23+")
+
+
+def test_compile_error_message_names_file_and_line(tmp_path, make_series, snapshot_root):
+    d = make_series({"0001-bad.patch": "--- /dev/null\n+++ b/sglang/srt/bad_mod.py\n@@ -0,0 +1,3 @@\n+X = 1\n+def f(:\n+    pass\n"})
+    pin = series_pin(d, snapshot_root)
+    for cmd in (["check"], ["build", "--out", str(tmp_path / "out")]):
+        r = run_cli(*cmd, "--series", str(d), "--pin", str(pin), "--against", str(snapshot_root))
+        assert r.returncode == 5, r.stderr
+        assert "error: sglang/srt/bad_mod.py:2: invalid syntax (introduced by 0001-bad.patch)" in r.stderr, r.stderr
+    r = run_cli("check", "--series", str(d), "--pin", str(pin), "--against", str(snapshot_root), "--json")
+    e = json.loads(r.stdout)["error"]
+    assert (e["file"], e["line"], e["patch"]) == ("sglang/srt/bad_mod.py", 2, "0001-bad.patch")
+    assert e["message"].startswith("sglang/srt/bad_mod.py:2:")

@@ -11,6 +11,7 @@ from rich.table import Table
 from .. import authoring, snapshot as snap
 from ..build import apply_checked, build as build_tree, check as check_series, resolve_inputs
 from ..console import err, out_json, out_line, print_error
+from ..errors import UsageError
 from ..paths import cache_dir, default_pin_path, default_series_dir
 from ..pin import load_pin
 from ..series import load_series
@@ -30,7 +31,38 @@ patches_app = typer.Typer(
 
 
 def _pin(pin_path: Optional[Path]):
-    return load_pin(pin_path or default_pin_path())
+    return load_pin(_existing_file(pin_path, "--pin") or default_pin_path())
+
+
+def _existing_file(path: Optional[Path], flag: str) -> Optional[Path]:
+    """Bad input is refused where it enters (exit 2), before it can look like another error."""
+    if path is not None and not Path(path).is_file():
+        raise UsageError(f"{flag} {path}: " + ("is a directory, not a file" if Path(path).is_dir() else "no such file"),
+                         hint=f"pass an existing file to {flag}")
+    return path
+
+
+def _existing_dir(path: Optional[Path], flag: str) -> Optional[Path]:
+    if path is not None and not Path(path).is_dir():
+        raise UsageError(f"{flag} {path}: " + ("is a file, not a directory" if Path(path).exists() else "no such directory"),
+                         hint=f"pass an existing directory to {flag}")
+    return path
+
+
+def _series_dir(path: Optional[Path]) -> Optional[Path]:
+    """``--series DIR``: an existing directory holding a ``series`` file (``.`` is the current one)."""
+    if path is None:
+        return None
+    _existing_dir(path, "--series")
+    d = Path(path).resolve()
+    if not (d / "series").is_file():
+        raise UsageError(f"--series {path}: {d} is not a series directory (it has no 'series' file)",
+                         hint="pass the directory that holds the series file, e.g. --series patches/sglang-0.5.23")
+    return d
+
+
+def _pin_arg(pin: Optional[Path]):
+    return load_pin(_existing_file(pin, "--pin")) if pin else True
 
 
 @snapshot_app.command("fetch")
@@ -80,7 +112,7 @@ def snapshot_pin(
     """Record in the pin the pristine sha256 of every file the series touches (from the verified snapshot)."""
     p = _pin(pin)
     s = snap.find_snapshot(p)
-    ser = load_series(series or default_series_dir(p.version))
+    ser = load_series(_series_dir(series) or default_series_dir(p.version))
     files = authoring.pin_files(p, ser, s.root)
     added = sorted(set(files) - set(p.files))
     dropped = sorted(set(p.files) - set(files))
@@ -108,7 +140,7 @@ def check_cmd(
     Exits 0 when every patch applies and every patched .py file compiles; otherwise the
     documented code (4: a patch does not apply; 5: compile error; 3: base differs from the pin).
     """
-    inputs = resolve_inputs(series, against, load_pin(pin) if pin else True)
+    inputs = resolve_inputs(_series_dir(series), _existing_dir(against, "--against"), _pin_arg(pin))
     rep = check_series(inputs)
     if json_:
         out_json(rep.to_json())
@@ -134,7 +166,7 @@ def build_cmd(
     json_: bool = JsonOpt,
 ) -> None:
     """Write the patched files (package-relative) and manifest.json, after py_compile of every .py."""
-    m = build_tree(out, series_dir=series, base_dir=against, pin=load_pin(pin) if pin else True)
+    m = build_tree(out, series_dir=_series_dir(series), base_dir=_existing_dir(against, "--against"), pin=_pin_arg(pin))
     if json_:
         out_json(m.to_json())
     else:
@@ -149,7 +181,7 @@ def patches_edit(
     force: bool = typer.Option(False, "--force", help="Replace an existing work tree (its edits are lost)."),
 ) -> None:
     """Make a git work tree: the pristine package, then one commit per patch (subject = file name)."""
-    inputs = resolve_inputs(series, None, True)
+    inputs = resolve_inputs(_series_dir(series), None, True)
     base = inputs.base_dir or snap.ensure_snapshot(inputs.pin)
     work = work or authoring.default_work_dir()
     res = authoring.edit(work, inputs.series, base, f"{inputs.pin.name} {inputs.pin.version}", force=force)
@@ -168,6 +200,7 @@ def patches_refresh(
 ) -> None:
     """Write the work tree's commits back as patches + series, update the pin, then re-check."""
     work = work or authoring.default_work_dir()
+    series = _series_dir(series)
     res = authoring.refresh(work, series, dry_run=dry_run)
     for n in res.written:
         err.print(f"  [green]wrote[/]     {n}")
@@ -197,7 +230,7 @@ def patches_refresh(
 @patches_app.command("list")
 def patches_list(series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
     """List the series: each patch, its sha256 and the files it touches."""
-    ser = load_series(series or default_series_dir())
+    ser = load_series(_series_dir(series) or default_series_dir())
     if json_:
         out_json({"series": ser.name, "series_id": ser.series_id, "patches": [
             {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
