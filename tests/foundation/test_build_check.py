@@ -351,3 +351,10 @@ def test_compile_error_message_names_file_and_line(tmp_path, make_series, snapsh
     e = json.loads(r.stdout)["error"]
     assert (e["file"], e["line"], e["patch"]) == ("sglang/srt/bad_mod.py", 2, "0001-bad.patch")
     assert e["message"].startswith("sglang/srt/bad_mod.py:2:")
+
+
+def test_load_series_of_dot_is_named_after_its_directory(two_patch_series, monkeypatch):
+    series_dir, _, _ = two_patch_series
+    monkeypatch.chdir(series_dir)
+    s = load_series(__import__("pathlib").Path("."))
+    assert s.name == "sglang-0.5.23" and s.series_id.startswith("sglang-0.5.23+")
