@@ -721,6 +721,25 @@ def test_paths_with_spaces_and_shell_metacharacters(tmp_path, light_site, builds
 # --- inventory / usage ---------------------------------------------------------------------------
 
 
+def test_demo_fails_when_the_repo_series_does_not_build(tmp_path, repo):
+    """No stand-in build: a series that does not apply makes `demo` (and so `make demo`) fail with its code."""
+    import shutil
+
+    fake = tmp_path / "repo"
+    (fake / "snapshot").mkdir(parents=True)
+    shutil.copy(repo / "snapshot" / "sglang-0.5.23.toml", fake / "snapshot")
+    series = fake / "patches" / "sglang-0.5.23"
+    series.mkdir(parents=True)
+    (series / "series").write_text("0001-stale.patch\n")
+    (series / "0001-stale.patch").write_text(
+        "--- a/sglang/srt/speculative/spec_info.py\n+++ b/sglang/srt/speculative/spec_info.py\n"
+        "@@ -1,1 +1,1 @@\n-this line is not in the pinned file\n+x\n")
+    p = cli_subprocess(["demo", "--light-smoke"], {"DDTREE_DEPLOY_REPO": str(fake)})
+    out, err = p.communicate(timeout=300)
+    assert p.returncode == 4, err
+    assert b"0001-stale.patch" in err and b"demo ok" not in err and b"stand-in" not in err
+
+
 def test_unreachable_host_exits_13_and_others_still_answer(fleet, cli):
     fleet.host("fake1").stop()
     code, out, err = cli("status", "fake1", "--inventory", fleet.inventory, "--json")

@@ -5,7 +5,9 @@ holding the real pinned SGLang (the verified snapshot plus the wheel's dist-info
 dependencies come from this interpreter's site-packages through a .pth file. Then it runs
 status (refused: unknown host key) -> status --accept-new-host-key -> push --dry-run -> push ->
 status -> smoke -> push again (nothing to send) -> history -> rollback -> status, and stops the
-sshd. Everything lives in one temp directory, removed at the end unless ``--keep``.
+sshd. Everything lives in one temp directory, removed at the end unless ``--keep``. Without
+``--build`` it pushes the repo's series; when that does not build, the demo fails with the build's
+error and exit code (there is no stand-in build).
 """
 
 from __future__ import annotations
@@ -19,29 +21,11 @@ import time
 from pathlib import Path
 
 from ..console import err
-from ..errors import DDTreeDeployError
 from .testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
 
 def _deps_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "orjson", "pydantic"))
-
-
-def _demo_build(out: Path, site: Path) -> Path:
-    """A small stand-in build (used only if the repo's series does not build right now)."""
-    import hashlib
-    import json
-
-    rel = "sglang/srt/speculative/spec_info.py"
-    base = (site / rel).read_bytes()
-    new = base + b"\n\ndef ddtree_demo_marker():\n    return 'deployed by ddtree-deploy demo'\n"
-    (out / rel).parent.mkdir(parents=True, exist_ok=True)
-    (out / rel).write_bytes(new)
-    (out / "manifest.json").write_text(json.dumps({
-        "format": 1, "package": "sglang", "version": "0.5.23", "series": "sglang-0.5.23", "series_id": "sglang-0.5.23+demo",
-        "patches": [], "files": [{"path": rel, "action": "modify", "pristine_sha256": hashlib.sha256(base).hexdigest(),
-                                  "patched_sha256": hashlib.sha256(new).hexdigest(), "mode": "0644", "patches": []}]}))
-    return out
 
 
 def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: bool = True) -> int:
@@ -56,8 +40,14 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
     host: FakeHost | None = None
     code = 0
     try:
-        err.rule("[bold]1. a throwaway host on loopback")
         snap = snapshot.ensure_snapshot()
+        if build_dir is None:  # the repo's series, or the demo fails (no stand-in build)
+            build_dir = tmp / "build"
+            from ..build import build
+
+            build(build_dir)
+            err.print(f"built the repo's series into {build_dir}")
+        err.rule("[bold]1. a throwaway host on loopback")
         deps = _deps_available()
         host = FakeHost.create(tmp / "host", random.randint(10, 200), "demo",
                                extra_site=[sysconfig.get_paths()["purelib"]] if deps else None)
@@ -65,19 +55,6 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
         unpack_wheel(snapshot.wheel_path(), host.site, [])
         host.start()
         err.print(f"sshd on {host.addr}:{host.port} (pid {host.proc.pid}); SGLang 0.5.23 in {host.site}")
-        if build_dir is None:
-            build_dir = tmp / "build"
-            try:
-                from ..build import build
-
-                build(build_dir)
-                err.print(f"built the repo's series into {build_dir}")
-            except DDTreeDeployError as exc:
-                shutil.rmtree(build_dir, ignore_errors=True)
-                build_dir.mkdir(parents=True)
-                err.print(f"[yellow]the repo's series does not build right now ({exc.message.splitlines()[0][:160]}); "
-                          f"pushing a one-file stand-in build instead[/]")
-                _demo_build(build_dir, host.site)
         table = host.inventory_table(site_packages=str(host.site), smoke_timeout=300)
         if not (full_smoke and deps):
             table["smoke_modules"] = []
