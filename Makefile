@@ -9,13 +9,14 @@ PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle clean
+.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle mutation clean
 
 help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
 	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
 	@echo "make check   ddtree-deploy check on the repo's series"
 	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
+	@echo "make mutation  mutation testing of the patch engine + the agent's restore path (slow, bounded)"
 
 venv: $(STAMP)
 
@@ -59,6 +60,14 @@ bench: venv sshd snapshot
 # What a GPU machine with only torch + Triton needs for tools/gpu_suite.py and tools/bench_builder.py.
 bench-gpu-bundle: venv snapshot
 	$(PY) tools/make_gpu_bundle.py
+
+# Mutation testing (cosmic-ray, installed by this target only, never by `make test`) over the patch
+# engine and the agent's restore path. Slow: bounded by MUTATION_MINUTES; what did not run by then is
+# reported as not run. The mutations go into a copy under .work/mutation/; report: .work/mutation/report.md.
+MUTATION_MINUTES ?= 60
+mutation: venv sshd snapshot
+	$(PY) -m pip install -q 'cosmic-ray==8.7.0'
+	$(PY) tests/foundation/mutation/run.py --minutes $(MUTATION_MINUTES)
 
 clean:
 	rm -rf build out .pytest_cache .hypothesis
