@@ -740,6 +740,19 @@ def test_demo_fails_when_the_repo_series_does_not_build(tmp_path, repo):
     assert b"0001-stale.patch" in err and b"demo ok" not in err and b"stand-in" not in err
 
 
+def test_tampered_build_dir_is_refused_with_exit_2_before_connecting(fleet, builds, cli, tmp_path):
+    import shutil
+
+    h = fleet.host("fake0")
+    bad = tmp_path / "tampered"
+    shutil.copytree(builds["good"], bad)
+    (bad / SPEC_INFO).write_bytes((bad / SPEC_INFO).read_bytes() + b"# sneaked in\n")
+    before = tree_hashes(h.site)
+    code, out, err = cli("push", "fake0", "--build", bad, "--inventory", fleet.inventory)
+    assert code == 2 and "does not match its manifest hash" in err and "fix:" in err
+    assert tree_hashes(h.site) == before and not h.state_dir.exists()
+
+
 def test_unreachable_host_exits_13_and_others_still_answer(fleet, cli):
     fleet.host("fake1").stop()
     code, out, err = cli("status", "fake1", "--inventory", fleet.inventory, "--json")

@@ -358,3 +358,16 @@ def test_load_series_of_dot_is_named_after_its_directory(two_patch_series, monke
     monkeypatch.chdir(series_dir)
     s = load_series(__import__("pathlib").Path("."))
     assert s.name == "sglang-0.5.23" and s.series_id.startswith("sglang-0.5.23+")
+
+
+def test_readme_exit_code_table_has_one_row_per_exit_code(repo):
+    """Every code the CLI can produce (ExitCode) has exactly one row in the README's table, and no other."""
+    import re
+
+    from ddtree_deploy.errors import ExitCode
+
+    text = (repo / "README.md").read_text()
+    table = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    rows = [int(m.group(1)) for m in re.finditer(r"^\| (\d+) \|", table, re.M)]
+    assert rows == sorted(rows) and len(rows) == len(set(rows))
+    assert set(rows) == {int(c) for c in ExitCode}
