@@ -158,7 +158,7 @@ def _print_table(title: str, results: list[HostResult], quiet: bool = False) -> 
     for col in ("host", "result", "files", "bytes", "time", "deploy id", "message"):
         t.add_column(col, overflow="fold")
     for r in results:
-        style = "green" if r.ok else ("yellow" if r.exit_code in (6, 7, 8, 12) else "red")
+        style = "green" if r.ok else ("yellow" if r.exit_code in (6, 7, 8, 12, 13) else "red")
         msg = r.message.split("\n")[0]
         if r.message.startswith(r.host + ": "):
             msg = msg[len(r.host) + 2:]
