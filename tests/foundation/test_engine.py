@@ -221,3 +221,57 @@ def test_series_order_and_compile_error_names_the_culprit(make_series, tmp_path)
         compile_check(res)
     assert ei.value.details["patch"] == "0002-b.patch"
     assert "0002-b.patch" in ei.value.message and REL in ei.value.message
+
+
+# --- precise refusals and modes (found by the mutation run: each kills a survivor) ---------------
+
+
+def test_new_file_mode_from_the_patch_is_kept_exactly():
+    patch = (b"diff --git a/sglang/srt/x.py b/sglang/srt/x.py\nnew file mode 100755\n--- /dev/null\n"
+             b"+++ b/sglang/srt/x.py\n@@ -0,0 +1 @@\n+X = 1\n")
+    p = parse_patch_bytes(patch, name="t.patch")
+
+    class S:
+        patches = [p]
+
+    for base_mode in (0o644, 0o600):
+        fr = apply_series(S, lambda rel: None, lambda rel: base_mode).files[REL]  # type: ignore[arg-type]
+        assert fr.mode == 0o755 and fr.result == b"X = 1\n"
+    sticky = patch.replace(b"100755", b"104755")  # setuid bit: dropped, only rwx bits are kept
+    fr = apply_series(type("S2", (), {"patches": [parse_patch_bytes(sticky, name="t.patch")]}),
+                      lambda rel: None).files[REL]  # type: ignore[arg-type]
+    assert fr.mode == 0o755
+
+
+def test_hunk_header_new_start_too_small_is_refused_too():
+    base = b"".join(b"l%d\n" % i for i in range(30))
+    new = base.replace(b"l3\n", b"l3\nadded\n").replace(b"l20\n", b"L20\n")
+    patch = git_diff(base, new, REL, Path(tempfile.mkdtemp()))
+    assert _apply_one(base, patch) == new
+    heads = patch.split(b"\n@@ ")
+    assert len(heads) == 3  # two hunks
+    # hunk 2's header: "+21,7" -> "+20,7" (one line too small)
+    import re
+
+    m = list(re.finditer(rb"\+(\d+),(\d+) @@", patch))[1]
+    bad = patch[:m.start(1)] + str(int(m.group(1)) - 1).encode() + patch[m.end(1):]
+    with pytest.raises(PatchApplyError, match="hunk header says new line") as ei:
+        _apply_one(base, bad)
+    assert ei.value.hunk == 2
+
+
+def test_file_ending_before_the_hunk_names_the_missing_line():
+    base = b"a\nb\nc\nd\n"
+    patch = git_diff(base, b"a\nb\nc\nD\n", REL, Path(tempfile.mkdtemp()))
+    with pytest.raises(PatchApplyError, match="the file ends before the hunk does") as ei:
+        _apply_one(b"a\nb\nc\n", patch)
+    assert (ei.value.hunk, ei.value.line, ei.value.expected) == (1, 4, "d\n")
+
+
+def test_delete_that_leaves_lines_names_its_last_hunk():
+    base = b"a\nb\nc\n"
+    patch = git_diff(base, None, REL, Path(tempfile.mkdtemp()))
+    assert _apply_one(base, patch) is None
+    with pytest.raises(PatchApplyError, match="does not remove all of its lines") as ei:
+        _apply_one(base + b"extra\n", patch)
+    assert ei.value.hunk == 1 and ei.value.actual == "extra\n"
