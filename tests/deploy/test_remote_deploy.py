@@ -597,6 +597,44 @@ def test_file_changed_between_preflight_and_lock_is_refused_under_the_lock(fleet
     assert audit(h)[-1]["result"].startswith("refused: " + SPEC_INFO)
 
 
+def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, builds):
+    """The push's own restore re-checks each backup: one damaged mid-push is named, not restored from."""
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["bad"], hooks={"before_commit": 2.0})
+    try:
+        def staged():
+            rs = records(h) if (h.state_dir / "deploys").exists() else []
+            return rs and rs[-1]["status"] == "staging"
+        assert wait_for(staged, 30, 0.01)
+        (rec,) = records(h)
+        (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).write_bytes(b"damaged")
+        out, err = p.communicate(timeout=90)
+    finally:
+        p.kill()
+    assert p.returncode == 9, err
+    (rec,) = records(h)
+    assert rec["status"] == "needs-human"
+    probs = rec["restore_problems"]
+    assert f"backup of {SPEC_INFO} is missing or corrupt" in probs
+    want = manifest_hashes(builds["bad"])[SPEC_INFO]
+    assert any(pr.startswith(f"{SPEC_INFO}: sha256 {want} after restore, expected ") for pr in probs), probs
+    assert host_hashes(h, [SPEC_INFO]) == {SPEC_INFO: want} and no_temp_files(h)
+
+
+def test_rollback_keeps_a_created_directory_someone_put_files_in(fleet, builds, cli):
+    h = fleet.host("fake0")
+    assert cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory)[0] == 0
+    (rec,) = records(h)
+    assert "sglang/srt/speculative/ddtree_pkg/sub" in rec["created_dirs"]
+    foreign = h.site / "sglang/srt/speculative/ddtree_pkg/notes.txt"
+    foreign.write_text("not ours")
+    code, out, err = cli("rollback", "fake0", "--inventory", fleet.inventory)
+    assert code == 0, err
+    assert foreign.read_text() == "not ours"  # its directory stays; ours (sub/) is gone
+    assert not (h.site / "sglang/srt/speculative/ddtree_pkg/sub").exists()
+    assert records(h)[0]["status"] == "undone"
+
+
 def test_connection_cut_after_upload_host_finishes_on_its_own(fleet, builds):
     h = fleet.host("fake0")
     p = _start_push(fleet, builds["good"], hooks={"before_commit": 1.0})
