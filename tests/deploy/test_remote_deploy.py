@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -192,7 +193,8 @@ def test_broken_backup_refuses_rollback_before_any_write(fleet, builds, cli, lig
     code, out, err = cli("rollback", "fake0", "--inventory", fleet.inventory, "--json")
     assert code == 9, out + err
     r = json.loads(out)["hosts"][0]
-    assert f"backup of {last}" in r["message"] and ("missing" if damage == "missing" else "corrupt") in r["message"]
+    found = "missing" if damage == "missing" else "corrupt: sha256 " + hashlib.sha256(b"corrupted").hexdigest()
+    assert f"backup of {last} (deploy {rec['deploy_id']}) is {found}" in r["message"], r["message"]
     assert "untouched" in r["message"] and "status" in r["hint"]
     assert tree_hashes(h.site) == deployed and no_temp_files(h)  # not one file restored
     assert records(h)[0]["status"] == "deployed"  # nothing was changed, so nothing is mixed
@@ -619,6 +621,31 @@ def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, 
     want = manifest_hashes(builds["bad"])[SPEC_INFO]
     assert any(pr.startswith(f"{SPEC_INFO}: sha256 {want} after restore, expected ") for pr in probs), probs
     assert host_hashes(h, [SPEC_INFO]) == {SPEC_INFO: want} and no_temp_files(h)
+
+
+def test_target_replaced_by_a_directory_mid_push_ends_needs_human_naming_the_error(fleet, builds):
+    import shutil
+
+    h = fleet.host("fake0")
+    p = _start_push(fleet, builds["bad"], hooks={"before_commit": 2.0})
+    try:
+        def staged():
+            rs = records(h) if (h.state_dir / "deploys").exists() else []
+            return rs and rs[-1]["status"] == "staging"
+        assert wait_for(staged, 30, 0.01)
+        time.sleep(0.3)
+        target = h.site / SPEC_INFO
+        target.unlink()
+        target.mkdir()
+        (target / "x").write_text("someone else's")
+        out, err = p.communicate(timeout=90)
+    finally:
+        p.kill()
+    assert p.returncode == 9, err
+    (rec,) = records(h)
+    assert rec["status"] == "needs-human"
+    assert any(pr.startswith(f"{SPEC_INFO}: [Errno 21] Is a directory") for pr in rec["restore_problems"]), rec
+    shutil.rmtree(target)
 
 
 def test_rollback_keeps_a_created_directory_someone_put_files_in(fleet, builds, cli):

@@ -280,7 +280,9 @@ def test_pin_coverage_is_a_policy_for_every_series_dir(two_patch_series, snapsho
     lagging.save(tmp_path / "lagging.toml")
     r = run_cli("check", "--series", str(series_dir), "--against", str(snapshot_root), "--pin",
                 str(tmp_path / "lagging.toml"), "--json")
-    assert r.returncode == 3 and "sglang/srt/new_mod.py" in r.stderr and "snapshot pin" in r.stderr, r.stderr
+    assert r.returncode == 3 and "sglang/srt/new_mod.py" in r.stderr, r.stderr
+    fix = " ".join(r.stderr.split())  # the hint names this series and this pin
+    assert f"snapshot pin --series {series_dir.resolve()} --pin {tmp_path / 'lagging.toml'}" in fix, r.stderr
     with pytest.raises(PinError, match="new_mod.py"):
         build(tmp_path / "out", series_dir=series_dir, base_dir=snapshot_root, pin=lagging)
     build(tmp_path / "out", series_dir=series_dir, base_dir=snapshot_root, pin=lagging, require_coverage=False)

@@ -237,6 +237,9 @@ def test_new_file_mode_from_the_patch_is_kept_exactly():
     for base_mode in (0o644, 0o600):
         fr = apply_series(S, lambda rel: None, lambda rel: base_mode).files[REL]  # type: ignore[arg-type]
         assert fr.mode == 0o755 and fr.result == b"X = 1\n"
+    plain = apply_series(type("S0", (), {"patches": [parse_patch_bytes(patch.split(b"new file mode 100755\n")[1],
+                                                                      name="t.patch")]}), lambda rel: None).files[REL]
+    assert plain.mode == 0o644  # no mode in the patch, no base: the default
     sticky = patch.replace(b"100755", b"104755")  # setuid bit: dropped, only rwx bits are kept
     fr = apply_series(type("S2", (), {"patches": [parse_patch_bytes(sticky, name="t.patch")]}),
                       lambda rel: None).files[REL]  # type: ignore[arg-type]
@@ -275,3 +278,32 @@ def test_delete_that_leaves_lines_names_its_last_hunk():
     with pytest.raises(PatchApplyError, match="does not remove all of its lines") as ei:
         _apply_one(base + b"extra\n", patch)
     assert ei.value.hunk == 1 and ei.value.actual == "extra\n"
+
+
+def test_crlf_vs_lf_is_named_on_longer_lines():
+    base = b"alpha beta\r\nsecond line\r\nthird\r\n"
+    patch = git_diff(base, base.replace(b"second line", b"SECOND"), REL, Path(tempfile.mkdtemp()))
+    with pytest.raises(PatchApplyError, match="line endings differ"):
+        _apply_one(base.replace(b"\r\n", b"\n"), patch)
+
+
+def test_hunk_errors_for_missing_base_name_the_first_hunk():
+    base = b"".join(b"l%d\n" % i for i in range(30))
+    patch = git_diff(base, base.replace(b"l2\n", b"L2\n").replace(b"l25\n", b"L25\n"), REL, Path(tempfile.mkdtemp()))
+    with pytest.raises(PatchApplyError, match="does not exist in the base") as ei:
+        _apply_one(None, patch)
+    assert ei.value.hunk == 1
+    create = git_diff(None, b"x\n", REL, Path(tempfile.mkdtemp()))
+    with pytest.raises(PatchApplyError, match="already exists") as ei:
+        _apply_one(b"y\n", create)
+    assert ei.value.hunk == 1
+
+
+def test_compile_check_looks_past_non_python_files(make_series, tmp_path):
+    d = make_series({
+        "0001-notes.patch": git_diff(None, b"notes\n", "sglang/srt/notes.txt", tmp_path / "a"),
+        "0002-bad.patch": git_diff(None, b"def f(:\n", "sglang/srt/bad.py", tmp_path / "b"),
+    })
+    res = apply_series(load_series(d), lambda rel: None)
+    with pytest.raises(CompileError, match="sglang/srt/bad.py:1"):
+        compile_check(res)
