@@ -41,7 +41,8 @@ SCOPES = {
             "deploy/ddtree_deploy/remote/agent.py": ["restore_record", "plan_rollback", "write_verified"],
         },
         "tests": ["tests/deploy/test_remote_deploy.py", "-k",
-                  "round_trip or broken_backup or edited_on_the_host or smoke_failure or mid_commit or repush"],
+                  "round_trip or broken_backup or edited_on_the_host or smoke_failure or mid_commit or repush "
+                  "or damaged_during or replaced_by_a_directory or keeps_a_created"],
         "timeout": 180,
     },
 }
@@ -95,9 +96,20 @@ def survivors(session: Path) -> list[dict[str, str]]:
              "operator": b, "line": c, "diff": d or ""} for a, b, c, d in rows]
 
 
-def run_scope(name: str, spec: dict, work: Path, deadline: float) -> dict:
+def forget_survivors(session: Path) -> int:
+    """--resume: survivors are run again (against the tests as they are now)."""
+    con = sqlite3.connect(session)
+    try:
+        n = con.execute("delete from work_results where test_outcome like '%SURVIVED%'").rowcount
+        con.commit()
+    finally:
+        con.close()
+    return n
+
+
+def run_scope(name: str, spec: dict, work: Path, deadline: float, resume: bool = False) -> dict:
     root = work / name
-    copy_repo(root)
+    copy_repo(root)  # also undoes a mutation left in the copy by an interrupted run
     py = sys.executable
     test_cmd = " ".join(shlex.quote(x) for x in [
         "env", f"PYTHONPATH={root / 'deploy'}:{root / 'tools'}", f"DDTREE_DEPLOY_REPO={root}",
@@ -107,10 +119,13 @@ def run_scope(name: str, spec: dict, work: Path, deadline: float) -> dict:
     cfg.write_text(f"[cosmic-ray]\nmodule-path = [{mods}]\ntimeout = {spec['timeout']}.0\nexcluded-modules = []\n"
                    f"test-command = {json.dumps(test_cmd)}\n\n[cosmic-ray.distributor]\nname = \"local\"\n")
     session = root / f"mutation-{name}.sqlite"
-    session.unlink(missing_ok=True)
-    subprocess.run([py, "-m", "cosmic_ray.cli", "init", str(cfg), str(session)], cwd=root, check=True)
-    subprocess.run([py, str(HERE / "scope.py"), str(session)]
-                   + [f"{root / m}:{','.join(fs)}" for m, fs in spec["functions"].items()], cwd=root, check=True)
+    if resume and session.exists():
+        print(f"{name}: resuming; {forget_survivors(session)} survivor(s) will run again", file=sys.stderr)
+    else:
+        session.unlink(missing_ok=True)
+        subprocess.run([py, "-m", "cosmic_ray.cli", "init", str(cfg), str(session)], cwd=root, check=True)
+        subprocess.run([py, str(HERE / "scope.py"), str(session)]
+                       + [f"{root / m}:{','.join(fs)}" for m, fs in spec["functions"].items()], cwd=root, check=True)
     left = max(1, int(deadline - time.time()))
     t0 = time.time()
     try:  # the bound: what has not run by the deadline is reported as not run
@@ -145,11 +160,13 @@ def main() -> int:
     ap.add_argument("--minutes", type=float, default=60.0, help="overall time bound (default 60)")
     ap.add_argument("--only", choices=sorted(SCOPES), action="append")
     ap.add_argument("--work", type=Path, default=REPO / ".work" / "mutation")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue an earlier session: run what did not run, and the survivors again")
     a = ap.parse_args()
     deadline = time.time() + a.minutes * 60
     results = []
     for name in a.only or list(SCOPES):
-        results.append(run_scope(name, SCOPES[name], a.work, deadline))
+        results.append(run_scope(name, SCOPES[name], a.work, deadline, a.resume))
         (a.work / f"{name}.json").write_text(json.dumps(results[-1], indent=1))
     print(report(results, a.work / ("report.md" if not a.only else f"report-{'-'.join(a.only)}.md")))
     return 0
