@@ -276,8 +276,8 @@ def test_delete_that_leaves_lines_names_its_last_hunk():
     patch = git_diff(base, None, REL, Path(tempfile.mkdtemp()))
     assert _apply_one(base, patch) is None
     with pytest.raises(PatchApplyError, match="does not remove all of its lines") as ei:
-        _apply_one(base + b"extra\n", patch)
-    assert ei.value.hunk == 1 and ei.value.actual == "extra\n"
+        _apply_one(base + b"extra\nmore\n", patch)
+    assert ei.value.hunk == 1 and ei.value.actual == "extra\n"  # the first line left behind
 
 
 def test_crlf_vs_lf_is_named_on_longer_lines():
@@ -292,11 +292,11 @@ def test_hunk_errors_for_missing_base_name_the_first_hunk():
     patch = git_diff(base, base.replace(b"l2\n", b"L2\n").replace(b"l25\n", b"L25\n"), REL, Path(tempfile.mkdtemp()))
     with pytest.raises(PatchApplyError, match="does not exist in the base") as ei:
         _apply_one(None, patch)
-    assert ei.value.hunk == 1
+    assert (ei.value.hunk, ei.value.line) == (1, 0)
     create = git_diff(None, b"x\n", REL, Path(tempfile.mkdtemp()))
     with pytest.raises(PatchApplyError, match="already exists") as ei:
         _apply_one(b"y\n", create)
-    assert ei.value.hunk == 1
+    assert (ei.value.hunk, ei.value.line) == (1, 0)
 
 
 def test_compile_check_looks_past_non_python_files(make_series, tmp_path):
@@ -307,3 +307,12 @@ def test_compile_check_looks_past_non_python_files(make_series, tmp_path):
     res = apply_series(load_series(d), lambda rel: None)
     with pytest.raises(CompileError, match="sglang/srt/bad.py:1"):
         compile_check(res)
+
+
+def test_compile_check_uses_the_files_own_future_flags_not_the_engines(make_series, tmp_path):
+    """``x: (yield)`` is valid Python, but not under ``from __future__ import annotations`` (which the
+    engine module itself uses): the check must compile each file on its own terms."""
+    src = b"def f():\n    x: (yield) = 1\n"
+    compile(src, "x.py", "exec", dont_inherit=True)
+    d = make_series({"0001-gen.patch": git_diff(None, src, "sglang/srt/gen.py", tmp_path / "a")})
+    assert compile_check(apply_series(load_series(d), lambda rel: None)) == ["sglang/srt/gen.py"]
