@@ -609,7 +609,10 @@ def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, 
             return rs and rs[-1]["status"] == "staging"
         assert wait_for(staged, 30, 0.01)
         (rec,) = records(h)
-        (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).write_bytes(b"damaged")
+        before = next(f["before_sha256"] for f in rec["files"] if f["path"] == SPEC_INFO)
+        # damage that sorts below the real hash (a check that only compared one way would miss it)
+        damage = next(b"damaged %d" % n for n in range(64) if hashlib.sha256(b"damaged %d" % n).hexdigest() < before)
+        (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).write_bytes(damage)
         out, err = p.communicate(timeout=90)
     finally:
         p.kill()
@@ -646,6 +649,20 @@ def test_target_replaced_by_a_directory_mid_push_ends_needs_human_naming_the_err
     assert rec["status"] == "needs-human"
     assert any(pr.startswith(f"{SPEC_INFO}: [Errno 21] Is a directory") for pr in rec["restore_problems"]), rec
     shutil.rmtree(target)
+
+
+def test_a_file_already_back_to_pristine_needs_no_backup(fleet, builds, cli, light_site):
+    """Someone restored one file by hand and removed its backup: rollback restores the rest."""
+    import shutil
+
+    h = fleet.host("fake0")
+    assert cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory)[0] == 0
+    (rec,) = records(h)
+    shutil.copy2(light_site / SPEC_INFO, h.site / SPEC_INFO)
+    (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).unlink()
+    code, out, err = cli("rollback", "fake0", "--inventory", fleet.inventory)
+    assert code == 0, err
+    assert tree_hashes(h.site) == tree_hashes(light_site)
 
 
 def test_rollback_keeps_a_created_directory_someone_put_files_in(fleet, builds, cli):

@@ -267,6 +267,21 @@ def test_base_that_drifted_from_the_pin_is_refused_even_where_every_hunk_applies
     with pytest.raises(HashMismatchError):
         build(tmp_path / "out", series_dir=series_dir, base_dir=against, pin=load_pin(series_dir.parent / "pin.toml"))
     assert not (tmp_path / "out").exists()
+    # whichever way the drifted hash sorts against the pinned one, it is refused
+    want = sha256_bytes(pristine)
+    seen = set()
+    for n in range(64):
+        edited = lines[:]
+        edited[0] = lines[0].rstrip(b"\n") + b"  # local edit %d\n" % n
+        data = b"".join(edited)
+        side = sha256_bytes(data) < want
+        if side in seen:
+            continue
+        seen.add(side)
+        (against / SPEC).write_bytes(data)
+        with pytest.raises(HashMismatchError):
+            build(tmp_path / "out", series_dir=series_dir, base_dir=against, pin=load_pin(series_dir.parent / "pin.toml"))
+    assert seen == {True, False}
 
 
 def test_pin_coverage_is_a_policy_for_every_series_dir(two_patch_series, snapshot_root, tmp_path):

@@ -316,3 +316,32 @@ def test_compile_check_uses_the_files_own_future_flags_not_the_engines(make_seri
     compile(src, "x.py", "exec", dont_inherit=True)
     d = make_series({"0001-gen.patch": git_diff(None, src, "sglang/srt/gen.py", tmp_path / "a")})
     assert compile_check(apply_series(load_series(d), lambda rel: None)) == ["sglang/srt/gen.py"]
+
+
+def test_a_different_line_is_not_called_a_line_ending_difference():
+    base = b"a\nm\nz\n"
+    patch = git_diff(base, b"a\nM\nz\n", REL, Path(tempfile.mkdtemp()))
+    for drifted in (b"a\nn\nz\n", b"a\nl\nz\n"):  # one sorts after "m", one before
+        with pytest.raises(PatchApplyError) as ei:
+            _apply_one(drifted, patch)
+        assert ei.value.reason == "line differs"
+
+
+def test_compile_check_skips_deleted_python_files(make_series, tmp_path, snapshot_root):
+    rel = "sglang/srt/speculative/spec_info.py"
+    d = make_series({"0001-del.patch": git_diff((snapshot_root / rel).read_bytes(), None, rel, tmp_path / "a")})
+    res = apply_series(load_series(d), lambda r: (snapshot_root / r).read_bytes())
+    assert res.files[rel].result is None and compile_check(res) == []
+
+
+def test_compile_error_culprit_is_the_first_patch_that_broke_the_file(make_series, tmp_path):
+    rel = "sglang/srt/y.py"
+    good, broken, still = b"X = 1\n", b"def f(:\n", b"def f(:\n# still broken\n"
+    d = make_series({
+        "0001-del.patch": git_diff(good, None, rel, tmp_path / "a"),
+        "0002-new.patch": git_diff(None, broken, rel, tmp_path / "b"),
+        "0003-more.patch": git_diff(broken, still, rel, tmp_path / "c"),
+    })
+    res = apply_series(load_series(d), lambda r: good)
+    with pytest.raises(CompileError, match="introduced by 0002-new.patch"):
+        compile_check(res)
