@@ -42,7 +42,7 @@ SCOPES = {
         },
         "tests": ["tests/deploy/test_remote_deploy.py", "-k",
                   "round_trip or broken_backup or edited_on_the_host or smoke_failure or mid_commit or repush "
-                  "or damaged_during or replaced_by_a_directory or keeps_a_created"],
+                  "or damaged_during or replaced_by_a_directory or keeps_a_created or already_back"],
         "timeout": 180,
     },
 }
