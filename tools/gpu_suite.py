@@ -120,7 +120,7 @@ def main() -> int:
     proc = subprocess.run([sys.executable, "-m", "sglang.srt.speculative.ddtree_probe", "--device", "cuda"],
                           capture_output=True, text=True, env=env, timeout=300)
     line = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-300:]])[-1]
-    report("probe_cuda", proc.returncode == 0, f"exit {proc.returncode}: {line}")
+    report("probe_cuda", proc.returncode == 0 and "builder=triton" in line, f"exit {proc.returncode}: {line}")
 
     # 3. SGLang's compiled Triton verify kernel vs our walk
     try:
