@@ -584,7 +584,18 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=None, help="markdown output (default stdout)")
     p.add_argument("--json", dest="json_out", default=None, help="JSON output path")
     p.add_argument("--plot", default=None, help="PNG plot of time vs B per batch size")
+    p.add_argument("--replot", default=None, help="only redraw --plot (and --out) from this JSON of an earlier run")
     args = p.parse_args(argv)
+    if args.replot:
+        data = json.loads(Path(args.replot).read_text())
+        if args.plot:
+            err = plot(data["rows"], args.plot, data["machine"])
+            if err:
+                raise SystemExit(f"error: no plot: {err}")
+        if args.out:
+            saved = argparse.Namespace(**data["args"])
+            Path(args.out).write_text(markdown(data["machine"], data["uno_rows"], data["rows"], saved))
+        return 0
 
     if args.quick:
         args.batches, args.budgets, args.vocab = "1,2", "16,64", 2048
