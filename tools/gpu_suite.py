@@ -5,11 +5,14 @@ Needs only torch and Triton. ``--src DIR`` is a directory holding a bare ``sglan
 pinned, unmodified ``kernels/ops/speculative/spec_tree.py``; ``tools/make_gpu_bundle.py`` makes it.
 
 Checks, each printed as one line and collected into ``--json``:
-1. builder on CUDA == the heap oracle (node sets and order) on random inputs, ties included;
+0. the fused Triton kernel is the default of ``build_ddtree_tree_from_topk`` on CUDA;
+1. the kernel (and the torch builder) on CUDA == the heap oracle, every field, on hundreds of
+   random, tie-heavy and all-equal cases, B up to 1024, K up to 64; the fused top-K +
+   log-normalizer == a stable sort of ``log_softmax`` on [bs, 15, 151936] bf16 logits;
 2. the probe (``python -m sglang.srt.speculative.ddtree_probe --device cuda``) exits 0;
 3. SGLang's own compiled Triton greedy verify kernel accepts the same paths as ``ddtree_accept``;
-4. no host sync inside build + accept (``torch.cuda.set_sync_debug_mode("error")``);
-5. build + accept can be captured in a CUDA graph and replayed with identical results;
+4. no host sync inside top-K + build + accept (``torch.cuda.set_sync_debug_mode("error")``);
+5. build + accept (the kernel) can be captured in a CUDA graph and replayed with identical results;
 6. ``GraphedTreeBuilder`` (what the SGLang worker calls) equals the eager builder across shapes
    and evictions, and its per-call time is measured beside the eager builder's.
 Exits non-zero if any check fails.
@@ -61,32 +64,63 @@ def main() -> int:
         start = torch.randint(0, 500, (bs,), generator=g).to(dev)
         return ids, lps, root, start
 
-    # 1. builder vs heap oracle on CUDA
+    # 0. the fused Triton kernel is what the public API runs on CUDA
+    report("kernel_is_default_on_cuda", du.tree_builder_backend(dev) == "triton",
+           f"tree_builder_backend(cuda) = {du.tree_builder_backend(dev)!r}")
+
+    # 1. builder (kernel, and the torch builder) vs the heap oracle on CUDA, ties included
     t0 = time.time()
     n_cases, bad = 0, []
     fields = ("draft_tokens", "parents", "depths", "positions", "tree_mask", "retrive_index",
               "retrive_next_token", "retrive_next_sibling", "ranks")
-    for bs, D, K, B in [(1, 15, 8, 256), (8, 15, 8, 64), (4, 15, 16, 512), (3, 5, 3, 300), (2, 15, 1, 20),
-                        (5, 15, 4, 1), (16, 15, 8, 128), (2, 1, 8, 8)]:
-        for ties in (False, True):
-            ids, lps, root, start = inputs(bs, D, K, ties=ties)
-            fast = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
-            ref = du.build_ddtree_tree_heap(ids.cpu(), lps.cpu(), root.cpu(), start.cpu(), B)
-            for f in fields:
-                if not torch.equal(getattr(fast, f).cpu(), getattr(ref, f).cpu()):
-                    bad.append(f"bs={bs} D={D} K={K} B={B} ties={ties}: {f}")
-            if not torch.allclose(fast.node_logprobs.cpu(), ref.node_logprobs.cpu()):
-                bad.append(f"bs={bs} D={D} K={K} B={B} ties={ties}: node_logprobs")
-            n_cases += 1
-    report("builder_vs_heap_oracle_cuda", not bad,
-           f"{n_cases} configurations, {len(bad)} mismatches {bad[:3]} ({time.time() - t0:.1f}s)")
+    configs = [(15, 8, 64), (15, 8, 256), (15, 32, 256), (15, 16, 128), (15, 64, 1024), (15, 32, 512),
+               (5, 3, 300), (15, 1, 20), (2, 8, 8), (15, 4, 1), (7, 16, 100), (3, 64, 1024)]
+    modes = ("random", "ties", "flat")
+    for D, K, B in configs:
+        for mode in modes:
+            for rep in range(3 if B >= 512 else 8):
+                bs = 1 + (rep * 5 + D) % (2 if B >= 512 else 8)
+                ids, lps, root, start = inputs(bs, D, K, ties=(mode == "ties"))
+                if mode == "flat":
+                    lps = torch.full_like(lps, -2.0)  # every score ties: depth, then rank path decide
+                fast = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
+                ref = du.build_ddtree_tree_heap(ids.cpu(), lps.cpu(), root.cpu(), start.cpu(), B)
+                for f in fields + ("node_logprobs",):
+                    if not torch.equal(getattr(fast, f).cpu(), getattr(ref, f).cpu()):
+                        bad.append(f"bs={bs} D={D} K={K} B={B} {mode}: {f}")
+                if rep == 0:  # the torch builder, too (the CPU path's twin)
+                    os.environ[du.TREE_KERNEL_ENV] = "0"
+                    slow = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
+                    os.environ.pop(du.TREE_KERNEL_ENV)
+                    if not all(torch.equal(getattr(slow, f).cpu(), getattr(ref, f).cpu()) for f in fields):
+                        bad.append(f"torch builder bs={bs} D={D} K={K} B={B} {mode}")
+                n_cases += 1
+    report("kernel_vs_heap_oracle_cuda", not bad and n_cases >= 200,
+           f"{n_cases} cases ({len(configs)} shapes x {modes} x 8 seeds (3 at B >= 512), B up to 1024, K up to 64), "
+           f"{len(bad)} mismatches {bad[:3]} ({time.time() - t0:.1f}s)")
+
+    # 1b. the fused top-K + log-normalizer on real-size bf16 logits
+    t0 = time.time()
+    tk_bad = []
+    for bs, K in ((1, 8), (1, 32), (4, 64), (32, 8)):
+        logits = (torch.randn(bs, 15, 151936, generator=g) * 3).round().to(torch.bfloat16).to(dev)  # ties
+        ids, lps = du.topk_logprobs_from_logits(logits, K)
+        lp = torch.log_softmax(logits.float(), dim=-1)
+        want = torch.sort(-lp, dim=-1, stable=True).indices[..., :K]
+        if not torch.equal(ids, want):
+            tk_bad.append(f"bs={bs} K={K}: ids")
+        if not torch.allclose(lps, lp.gather(-1, want), atol=1e-5, rtol=0):
+            tk_bad.append(f"bs={bs} K={K}: logprobs max err {(lps - lp.gather(-1, want)).abs().max().item():.2e}")
+    report("fused_topk_vs_torch_cuda", not tk_bad,
+           f"[bs, 15, 151936] bf16 with ties, K in 8..64: {tk_bad or 'ids equal, log-probs within 1e-5'} "
+           f"({time.time() - t0:.1f}s)")
 
     # 2. the probe on CUDA
     env = {**os.environ, "PYTHONPATH": str(args.src) + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.run([sys.executable, "-m", "sglang.srt.speculative.ddtree_probe", "--device", "cuda"],
                           capture_output=True, text=True, env=env, timeout=300)
     line = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-300:]])[-1]
-    report("probe_cuda", proc.returncode == 0, f"exit {proc.returncode}: {line}")
+    report("probe_cuda", proc.returncode == 0 and "builder=triton" in line, f"exit {proc.returncode}: {line}")
 
     # 3. SGLang's compiled Triton verify kernel vs our walk
     try:
@@ -129,12 +163,18 @@ def main() -> int:
     target = torch.randint(0, 1000, (8, 257), generator=g).to(dev)
     du.ddtree_accept(du.build_ddtree_tree_from_topk(ids, lps, root, start, 256), target)  # warm up
     torch.cuda.synchronize()
+    big = torch.randn(8, 15, 151936, generator=g).to(torch.bfloat16).to(dev)
+    du.topk_logprobs_from_logits(big, 32)  # warm up (compile)
+    du.build_ddtree_tree_from_topk(*du.topk_logprobs_from_logits(big, 32), root, start, 1024)
+    torch.cuda.synchronize()
     try:
         torch.cuda.set_sync_debug_mode("error")
         tree = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
         du.ddtree_accept(tree, target)
+        tree2 = du.build_ddtree_tree_from_topk(*du.topk_logprobs_from_logits(big, 32), root, start, 1024)
         torch.cuda.set_sync_debug_mode(0)
-        report("no_host_sync", True, "build(bs=8,D=15,K=8,B=256)+accept ran under sync_debug_mode='error'")
+        report("no_host_sync", True, "kernel build(bs=8,D=15,K=8,B=256)+accept and fused top-K(bs=8,V=151936,K=32)"
+               "+kernel build(B=1024) ran under sync_debug_mode='error'")
     except RuntimeError as exc:
         torch.cuda.set_sync_debug_mode(0)
         report("no_host_sync", False, f"{exc}"[:300])

@@ -2,7 +2,8 @@
 
 It holds a bare ``sglang/`` tree (no ``__init__.py``, so nothing of SGLang runs) with the files
 the series creates (as ``ddtree-deploy build`` makes them) and the pinned, unmodified
-``sglang/kernels/ops/speculative/spec_tree.py`` from the verified snapshot. ``.gpu/`` is listed in
+``sglang/kernels/ops/speculative/spec_tree.py`` and ``uno_tree.py`` (UNO's builder, timed by
+``tools/bench_builder.py --uno``) from the verified snapshot. ``.gpu/`` is listed in
 ``.git/info/exclude``: it is carried to the device machine, never committed (it holds an SGLang
 source file).
 """
@@ -14,6 +15,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+UNO_TREE = "sglang/kernels/ops/speculative/uno_tree.py"  # SGLang's own tree builder, for bench_builder
 
 from ddtree_deploy.overlay import build_overlay  # noqa: E402
 from ddtree_deploy.snapshot import ensure_snapshot  # noqa: E402
@@ -32,7 +35,8 @@ def main() -> int:
             (dest / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(path, dest / rel)
     (dest / SPEC_TREE).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copy2(ensure_snapshot() / SPEC_TREE, dest / SPEC_TREE)
+    for rel in (SPEC_TREE, UNO_TREE):
+        shutil.copy2(ensure_snapshot() / rel, dest / rel)
     exclude = repo / ".git" / "info" / "exclude"
     if exclude.exists() and "/.gpu/" not in exclude.read_text():
         exclude.write_text(exclude.read_text() + "/.gpu/\n")

@@ -1,0 +1,105 @@
+"""The fused Triton tree builder and top-K kernels (patch 0011) equal the heap oracle, ties included.
+
+Real parts: the kernels of ``ddtree_tree_kernel.py`` as the series builds them, reached through
+the public API (``build_ddtree_tree_from_topk`` / ``topk_logprobs_from_logits`` of patch 0001),
+real Triton. Stood in: the GPU. Triton runs the very same kernels in its interpreter
+(``TRITON_INTERPRET=1``) on the CPU; ``SGLANG_DDTREE_TREE_KERNEL=cpu`` makes the API dispatch
+CPU tensors to them (on CUDA tensors it does so by default). ``tools/gpu_suite.py`` runs the same
+comparison compiled on an H200 (hundreds of cases). The script counts the kernel launches it
+routes through, so a dispatch that silently fell back to the torch builder fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("triton")
+
+SCRIPT = textwrap.dedent(r"""
+    import json, sys, torch
+    from ddtree_deploy.overlay import import_patched
+    du = import_patched("sglang.srt.speculative.ddtree_utils")
+    assert du.tree_builder_backend("cpu") == "triton", "the kernel is not dispatched to"
+    kmod = du._tree_kernel()
+    calls = {"tree": 0, "topk": 0}
+    real_build, real_topk = kmod.build_tree, kmod.topk_logprobs
+    def build_tree(*a, **k):
+        calls["tree"] += 1
+        return real_build(*a, **k)
+    def topk_logprobs(*a, **k):
+        calls["topk"] += 1
+        return real_topk(*a, **k)
+    kmod.build_tree, kmod.topk_logprobs = build_tree, topk_logprobs
+
+    g = torch.Generator().manual_seed(int(sys.argv[1]))
+    bad, cases = [], 0
+    def inputs(bs, D, K, V, mode):
+        logits = torch.randn(bs, D, V, generator=g) * (torch.rand(bs, D, 1, generator=g) * 3 + 0.3)
+        if mode == "ties":
+            logits = (logits * 2).round() / 2
+        lp = torch.log_softmax(logits, dim=-1)
+        vals, ids = torch.topk(lp, K, dim=-1)
+        if mode == "ties":
+            vals = (vals * 4).round() / 4          # many exactly equal scores and sums
+        elif mode == "flat":
+            vals = torch.full_like(vals, -2.0)     # everything ties: order = depth, then rank path
+        root = torch.randint(0, V, (bs,), generator=g)
+        start = torch.randint(0, 5000, (bs,), generator=g)
+        return ids, vals, root, start
+    grid = [(1, 15, 8, 64), (3, 6, 4, 50), (2, 4, 5, 300), (2, 15, 1, 20), (1, 1, 8, 8), (4, 5, 3, 1),
+            (2, 7, 16, 128), (1, 3, 64, 1024), (1, 15, 32, 256), (2, 15, 64, 256)]
+    for bs, D, K, B in grid:
+        for mode in ("random", "ties", "flat"):
+            ids, lps, root, start = inputs(bs, D, K, 100, mode)
+            got = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
+            ref = du.build_ddtree_tree_heap(ids, lps, root, start, B)
+            for name in du.DDTreeTree._fields:
+                a, b = getattr(got, name), getattr(ref, name)
+                if a.dtype != b.dtype or not torch.equal(a, b):
+                    bad.append(f"bs={bs} D={D} K={K} B={B} {mode}: {name}")
+            cases += 1
+    # out= buffers and bf16 inputs
+    ids, lps, root, start = inputs(2, 6, 4, 100, "ties")
+    ref = du.build_ddtree_tree_heap(ids, lps.to(torch.bfloat16), root, start, 40)
+    out = du.DDTreeTree(*(torch.empty_like(t) for t in ref), max_depth=6)
+    du.build_ddtree_tree_from_topk(ids.to(torch.int32), lps.to(torch.bfloat16), root, start, 40, out=out)
+    if not all(torch.equal(a, b) for a, b in zip(out, ref)):
+        bad.append("out= / bf16 / int32 ids")
+
+    # The fused top-K + log-normalizer: ids as a stable sort (ties to the smaller id), values
+    # equal to log_softmax up to float32 rounding of the normalizer.
+    topk_bad = []
+    for shape, k, block in [((2, 3, 3000), 8, 128), ((2, 3, 1000), 8, 256), ((1, 2, 5000), 64, 1024), ((3, 1, 300), 33, 4096),
+                            ((1, 4, 70), 64, 32)]:
+        x = torch.randn(*shape, generator=g) * 3
+        x = (x * 2).round() / 2                      # heavy ties in the logits
+        ids, lps = kmod.topk_logprobs(x, k, block_v=block)
+        lp = torch.log_softmax(x, dim=-1)
+        want = torch.sort(-lp, dim=-1, stable=True).indices[..., :k]
+        if not torch.equal(ids, want):
+            topk_bad.append(f"{shape} k={k}: ids")
+        if not torch.allclose(lps, lp.gather(-1, want), atol=2e-6, rtol=0):
+            topk_bad.append(f"{shape} k={k}: logprobs")
+    ids, lps = du.topk_logprobs_from_logits(torch.randn(2, 3, 500, generator=g), 16)  # the API path
+    print(json.dumps({"cases": cases, "bad": bad, "topk_bad": topk_bad, "calls": calls}))
+""")
+
+
+def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path):
+    script = tmp_path / "check.py"
+    script.write_text(SCRIPT)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": "cpu"}
+    proc = subprocess.run([sys.executable, str(script), "11"], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["cases"] == 30
+    assert res["bad"] == [], res["bad"]
+    assert res["topk_bad"] == [], res["topk_bad"]
+    # every tree of the grid (and the out= case) and the API top-K went through the kernels
+    assert res["calls"] == {"tree": 31, "topk": 6}, res["calls"]
