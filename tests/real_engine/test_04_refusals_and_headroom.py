@@ -1,0 +1,39 @@
+"""A hybrid target is refused with its message; the KV-row headroom at the context limit."""
+
+from __future__ import annotations
+
+import pytest
+
+import cases
+from checks import assert_greedy
+from engine_proc import StartupRefused
+
+
+def test_hybrid_target_refused(engines, re_models):
+    kw = cases.engine_kwargs("ddtree16", re_models)
+    kw["model_path"] = str(re_models["hybrid"])
+    with pytest.raises(StartupRefused) as ei:
+        eng = engines.try_start("hybrid", kw)
+        eng.stop()
+    msg = str(ei.value)
+    assert "DDTREE: the target model is hybrid (Mamba/linear attention)" in msg, msg
+    assert "--speculative-ddtree-allow-hybrid-unsafe" in msg, msg
+
+
+def test_kv_rows_at_the_context_limit(engines, hf_greedy):
+    """Four requests decode up to ``--context-length`` at once: long prompts that reach the
+    limit early next to short ones that keep decoding. A request's decode reservation must stay
+    inside its own ``req_to_token`` row; if it spills into the next row, that request's KV slot
+    map is overwritten and its tokens stop being greedy's (or an index runs off the pool)."""
+    prompts = cases.HEADROOM_PROMPTS
+    ns = [cases.headroom_max_new(p) for p in prompts]
+    plain = [engines.plain([p], n)[0] for p, n in zip(prompts, ns)]
+    eng = engines.get("headroom")
+    try:
+        assert int(eng.server_args["context_length"]) == cases.HEADROOM_CONTEXT
+        outs = eng.generate(prompts, [cases.greedy(n) for n in ns])
+        for p, n, o, pl in zip(prompts, ns, outs, plain):
+            assert len(p) + n == cases.HEADROOM_CONTEXT - 1
+            assert_greedy([o], [p], n, hf_greedy, [pl])
+    finally:
+        engines.stop()
