@@ -21,7 +21,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test,ddtree,sglang-deps]'
+	$(PY) -m pip install -q -e '.[test,ddtree,sglang-deps,real-engine]'
 	touch $@
 
 # The SSH tests and the demo run a real OpenSSH server on loopback.
