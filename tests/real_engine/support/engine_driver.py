@@ -64,6 +64,12 @@ async def _script(engine, reqs):
     return results
 
 
+_REPORTED = ("device", "dtype", "attention_backend", "chunked_prefill_size", "context_length",
+             "max_running_requests", "page_size", "disable_cuda_graph", "speculative_algorithm",
+             "speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_num_draft_tokens",
+             "speculative_num_steps", "speculative_eagle_topk", "speculative_dflash_block_size")
+
+
 def main() -> int:
     cmd = os.fdopen(int(sys.argv[1]), "r")
     res = os.fdopen(int(sys.argv[2]), "w")
@@ -81,8 +87,10 @@ def main() -> int:
         reply({"startup_error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()})
         return 0
     try:
-        reply({"ready": True, "server_args": {k: str(v) for k, v in vars(engine.server_args).items()
-                                              if not k.startswith("_")}})
+        from sglang.srt.arg_groups.model_override_base import resolving_view
+
+        view = resolving_view(engine.server_args)  # the resolved values (declarations included)
+        reply({"ready": True, "server_args": {k: str(getattr(view, k, None)) for k in _REPORTED}})
         for line in cmd:
             req = json.loads(line)
             op = req.get("op")
