@@ -61,6 +61,7 @@ def engine_kwargs(name: str, models: dict) -> dict:
         "ddtree4": dict(ddtree, speculative_ddtree_budget=4, speculative_dflash_block_size=5),
         # Top-K cap 2 at depth 7: the largest tree is sum_d 2**d = 254 nodes; B = that maximum.
         "ddtree254": dict(ddtree, speculative_ddtree_budget=254, speculative_ddtree_topk_cap=2),
+        "sampling": dict(ddtree, speculative_ddtree_budget=16, random_seed=7),
         "headroom": dict(ddtree, speculative_ddtree_budget=16, context_length=HEADROOM_CONTEXT,
                          max_running_requests=4),
     }
