@@ -44,8 +44,10 @@ build: snapshot
 demo: venv sshd snapshot
 	$(DD) demo
 
+# The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
 test: venv sshd snapshot
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	@start=$$(date +%s); $(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	  echo "make test: pytest wall time $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 
 # Benchmarks write tables (and PNG plots) stating the machine; ratios are measured side by side.
 bench: venv sshd snapshot

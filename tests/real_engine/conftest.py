@@ -156,3 +156,25 @@ def engines(re_site, re_models, tmp_path_factory):
     if pool.timings:
         sys.stderr.write("\nreal-engine starts: " + ", ".join(f"{n} {s:.0f}s" for n, s in pool.timings)
                          + "\n")
+
+
+_WALL = {"first": None, "last": None, "n": 0}
+
+
+def pytest_runtest_setup(item):
+    if HERE in Path(str(item.fspath)).resolve().parents:
+        if _WALL["first"] is None:
+            _WALL["first"] = time.monotonic()
+        _WALL["n"] += 1
+
+
+def pytest_runtest_teardown(item):
+    if HERE in Path(str(item.fspath)).resolve().parents:
+        _WALL["last"] = time.monotonic()
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _WALL["first"] is not None and _WALL["last"] is not None:
+        terminalreporter.write_line(
+            f"real-engine suite (tests/real_engine): {_WALL['n']} tests, wall time "
+            f"{_WALL['last'] - _WALL['first']:.0f} s")
