@@ -12,6 +12,10 @@ from engine_proc import StartupRefused
 def test_hybrid_target_refused(engines, re_models):
     kw = cases.engine_kwargs("ddtree16", re_models)
     kw["model_path"] = str(re_models["hybrid"])
+    # The CPU platform has no Mamba state snapshots (arg_groups/mamba_hook.py:120 refuses the
+    # extra_buffer strategy first); no_buffer lets resolution reach the DDTREE hook.
+    kw["mamba_radix_cache_strategy"] = "no_buffer"
+    kw["disable_overlap_schedule"] = True  # what no_buffer requires (its own assertion)
     with pytest.raises(StartupRefused) as ei:
         eng = engines.try_start("hybrid", kw)
         eng.stop()
