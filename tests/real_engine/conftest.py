@@ -27,8 +27,8 @@ REPO = HERE.parent.parent
 SERIES = REPO / "patches" / "sglang-0.5.23"
 sys.path.insert(0, str(HERE))
 
-import cases  # noqa: E402
-from engine_proc import EngineProc, StartupRefused  # noqa: E402,F401
+import re_cases as cases  # noqa: E402
+from re_engine_proc import EngineProc, StartupRefused  # noqa: E402,F401
 
 pytestmark = pytest.mark.real_engine
 
@@ -62,7 +62,7 @@ def re_site(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def re_models(tmp_path_factory) -> dict:
-    import models
+    import tiny_models as models
 
     return models.make_all(tmp_path_factory.mktemp("re-models"))
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import cases
-from checks import assert_greedy, assert_tokens
+import re_cases as cases
+from re_checks import assert_greedy, assert_tokens
 
 
 def test_plain_engine_equals_transformers_greedy(engines, hf_greedy):

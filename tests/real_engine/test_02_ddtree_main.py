@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-import cases
-from checks import assert_greedy, assert_tokens
+import re_cases as cases
+from re_checks import assert_greedy, assert_tokens
 
 ENGINE = "ddtree16"
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-import cases
-from checks import assert_greedy
+import re_cases as cases
+from re_checks import assert_greedy
 
 
 @pytest.mark.parametrize("name", ["ddtree1", "ddtree4", "ddtree64", "ddtree254"])

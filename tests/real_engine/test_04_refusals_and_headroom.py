@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import cases
-from checks import assert_greedy
-from engine_proc import StartupRefused
+import re_cases as cases
+from re_checks import assert_greedy
+from re_engine_proc import StartupRefused
 
 
 def test_hybrid_target_refused(engines, re_models):

@@ -8,7 +8,7 @@ batches are the ones the series routes to its tree-walk sampler, so those are wh
 
 from __future__ import annotations
 
-import cases
+import re_cases as cases
 
 
 def _run(engines):

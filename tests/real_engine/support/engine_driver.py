@@ -90,7 +90,11 @@ def main() -> int:
         from sglang.srt.arg_groups.model_override_base import resolving_view
 
         view = resolving_view(engine.server_args)  # the resolved values (declarations included)
-        reply({"ready": True, "server_args": {k: str(getattr(view, k, None)) for k in _REPORTED}})
+        import psutil
+
+        kids = [c.pid for c in psutil.Process().children(recursive=True)]
+        reply({"ready": True, "child_pids": kids,
+               "server_args": {k: str(getattr(view, k, None)) for k in _REPORTED}})
         for line in cmd:
             req = json.loads(line)
             op = req.get("op")

@@ -16,6 +16,18 @@ START_TIMEOUT_S = float(os.environ.get("DDTREE_REAL_ENGINE_START_TIMEOUT", "420"
 CMD_TIMEOUT_S = float(os.environ.get("DDTREE_REAL_ENGINE_CMD_TIMEOUT", "900"))
 
 
+# (engine name, pid) of every engine process still alive after its engine was stopped.
+LEAKED: list[tuple[str, int]] = []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 class EngineError(RuntimeError):
     pass
 
@@ -55,6 +67,7 @@ class EngineProc:
         os.close(cmd_r)
         os.close(res_w)
         self._buf = b""
+        self.child_pids: list[int] = []
         self.started_s = time.monotonic()
         self._send(kwargs)
         first = self._recv(START_TIMEOUT_S, "startup")
@@ -63,6 +76,7 @@ class EngineProc:
             self.stop()
             raise StartupRefused(first["startup_error"])
         self.server_args = first.get("server_args", {})
+        self.child_pids = [int(p) for p in first.get("child_pids", [])]
 
     def log_tail(self, n: int = 60) -> str:
         try:
@@ -129,6 +143,13 @@ class EngineProc:
             self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+        for pid in self.child_pids:  # the engine's scheduler/detokenizer: must be gone by now
+            if _alive(pid):
+                LEAKED.append((self.name, pid))
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         for fd in (self._cmd_w, self._res_r):
             try:
                 os.close(fd)
