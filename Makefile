@@ -22,7 +22,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q -e '.[test,ddtree,sglang-deps]'
+	$(PY) -m pip install -q -e '.[test,ddtree,sglang-deps,real-engine]'
 	touch $@
 
 # The SSH tests and the demo run a real OpenSSH server on loopback.
@@ -45,8 +45,10 @@ build: snapshot
 demo: venv sshd snapshot
 	$(DD) demo
 
+# The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
 test: venv sshd snapshot
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	@start=$$(date +%s); $(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	  echo "make test: pytest wall time $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 
 # Benchmarks write tables (and PNG plots) stating the machine; ratios are measured side by side.
 bench: venv sshd snapshot

@@ -55,6 +55,7 @@ def main() -> None:
     )
     from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
     from sglang.srt.speculative.dflash_worker_v2 import _DFlashDraftBlock
+    from sglang.srt.speculative.eagle_utils import TreeMaskMode
     from sglang.srt.speculative.draft_worker_common import make_draft_input_v2
 
     report: dict = {"cases": []}
@@ -189,7 +190,8 @@ def main() -> None:
         runner = types.SimpleNamespace(
             req_to_token_pool=types.SimpleNamespace(req_to_token=req_to_token),
             token_to_kv_pool_allocator=None,
-            attn_backend=types.SimpleNamespace(verify_mask=None, max_context_len=256),
+            attn_backend=types.SimpleNamespace(verify_mask=None, max_context_len=256,
+                                               verify_tree_mask_mode=TreeMaskMode.FULL_MASK),
             kv_index_translator=translator,
         )
         w._target_worker = types.SimpleNamespace(model_runner=runner)

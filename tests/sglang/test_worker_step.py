@@ -84,3 +84,20 @@ def test_step_matches_offline_engine(report):
         assert case["same_taus"], case
         assert case["same_tokens"], case
         assert max(max(t) for t in case["worker_taus"]) >= 3, case
+
+
+def test_verify_mask_layout_is_the_target_backends(patched_site, harness):
+    """Issue 9 (mask layout): the worker lays the ancestor mask out the way the attention
+    backend it feeds reads it, not by the process-wide default. Under SGLANG_USE_CPU_ENGINE
+    the default is intel_amx's QLEN_ONLY while Triton's eager TARGET_VERIFY reads FULL_MASK;
+    taking the default gave every node a wrong mask on the CPU engine."""
+    rep = harness(patched_site, "_mask_layout_harness.py")
+    assert rep["default_mode"] == "QLEN_ONLY", rep  # the divergence this guards is present
+    be = rep["backends"]
+    for name in ("triton", "hybrid_linear(triton)"):
+        assert be[name]["mode"] == "FULL_MASK", rep
+        assert be[name]["is_full_layout"] and not be[name]["is_qlen_layout"], rep
+    assert be["intel_amx"]["mode"] == "QLEN_ONLY", rep
+    assert be["intel_amx"]["is_qlen_layout"], rep
+    if "flashinfer" in be:
+        assert be["flashinfer"]["mode"] == "FULL_MASK" and be["flashinfer"]["is_full_layout"], rep

@@ -1,0 +1,43 @@
+"""A hybrid target is refused with its message; the KV-row headroom at the context limit."""
+
+from __future__ import annotations
+
+import pytest
+
+import re_cases as cases
+from re_checks import assert_greedy
+from re_engine_proc import StartupRefused
+
+
+def test_hybrid_target_refused(engines, re_models):
+    kw = cases.engine_kwargs("ddtree16", re_models)
+    kw["model_path"] = str(re_models["hybrid"])
+    # The CPU platform has no Mamba state snapshots (arg_groups/mamba_hook.py:120 refuses the
+    # extra_buffer strategy first); no_buffer lets resolution reach the DDTREE hook.
+    kw["mamba_radix_cache_strategy"] = "no_buffer"
+    kw["disable_overlap_schedule"] = True  # what no_buffer requires (its own assertion)
+    with pytest.raises(StartupRefused) as ei:
+        eng = engines.try_start("hybrid", kw)
+        eng.stop()
+    msg = str(ei.value)
+    assert "DDTREE: the target model is hybrid (Mamba/linear attention)" in msg, msg
+    assert "--speculative-ddtree-allow-hybrid-unsafe" in msg, msg
+
+
+def test_kv_rows_at_the_context_limit(engines, hf_greedy):
+    """Four requests decode up to ``--context-length`` at once: long prompts that reach the
+    limit early next to short ones that keep decoding. A request's decode reservation must stay
+    inside its own ``req_to_token`` row; if it spills into the next row, that request's KV slot
+    map is overwritten and its tokens stop being greedy's (or an index runs off the pool)."""
+    prompts = cases.HEADROOM_PROMPTS
+    ns = [cases.headroom_max_new(p) for p in prompts]
+    plain = [engines.plain([p], n)[0] for p, n in zip(prompts, ns)]
+    eng = engines.get("headroom")
+    try:
+        assert int(eng.server_args["context_length"]) == cases.HEADROOM_CONTEXT
+        outs = eng.generate(prompts, [cases.greedy(n) for n in ns])
+        for p, n, o, pl in zip(prompts, ns, outs, plain):
+            assert len(p) + n == cases.HEADROOM_CONTEXT - 1
+            assert_greedy([o], [p], n, hf_greedy, [pl])
+    finally:
+        engines.stop()
