@@ -142,3 +142,15 @@ def test_ddtree_decode_cuda_graphs_disabled_full_resolution(patched_site, harnes
     assert rep["ddtree_disable_cuda_graph"]["decode"] == "disabled", rep
     assert rep["ddtree_disable_cuda_graph"]["prefill"] == "disabled", rep
     assert rep["dflash_default"]["decode"] != "disabled", rep  # the mock really is CUDA
+
+
+@pytest.mark.parametrize("cap", ["9.0", "10.0", "12.0"])
+def test_ddtree_unset_attention_backend_reads_a_tree_mask(patched_site, harness,
+                                                          model_fixtures, cap):
+    """Issue 9 (default backend): with no --attention-backend, the full resolution on
+    sm90 / sm100 / sm120 picks a backend that reads an arbitrary ancestor mask (flashinfer
+    when installed, else triton). Before the fix Hopper resolved to fa3 (the topk-one default
+    runs before DDTREE derives its topk) and DDTREE was refused."""
+    rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), cap)
+    assert rep["ddtree_default"].get("attention_backend") in ("flashinfer", "triton"), rep
+    assert rep["ddtree_default"]["decode"] == "disabled", rep
