@@ -87,7 +87,16 @@ def main() -> None:
             sa.resolve_once()  # the whole resolution pipeline, as the launchers run it
             cfg = resolved_view(sa)
             cg = cfg.cuda_graph_config
-            report[name] = {"decode": str(cg.decode.backend), "prefill": str(cg.prefill.backend),
+            from sglang.srt.mem_cache.allocation_sizing import (
+                get_req_to_token_extra_context_len,
+            )
+            from sglang.srt.runtime_context import create_context, use_context
+
+            with use_context(create_context(sa, role="harness")):
+                extra = get_req_to_token_extra_context_len()
+            report[name] = {"row_extra": extra, "block": cfg.speculative_dflash_block_size,
+                            "num_draft_tokens": cfg.speculative_num_draft_tokens,
+                            "decode": str(cg.decode.backend), "prefill": str(cg.prefill.backend),
                             "disable_cuda_graph": cfg.disable_cuda_graph,
                             "attention_backend": cfg.attention_backend}
         except Exception as e:  # noqa: BLE001
@@ -100,6 +109,7 @@ def main() -> None:
     case("ddtree_default", [])
     case("ddtree_disable_cuda_graph", ["--attention-backend", "triton", "--disable-cuda-graph"])
     case("dflash_default", [], algo="DFLASH")
+    case("ddtree_b16_budget4", ["--attention-backend", "triton", "--speculative-ddtree-budget", "15"])
     print("REPORT " + json.dumps(report, default=str))
 
 

@@ -154,3 +154,14 @@ def test_ddtree_unset_attention_backend_reads_a_tree_mask(patched_site, harness,
     rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), cap)
     assert rep["ddtree_default"].get("attention_backend") in ("flashinfer", "triton"), rep
     assert rep["ddtree_default"]["decode"] == "disabled", rep
+
+
+def test_ddtree_req_to_token_row_headroom_covers_decode_reserve(patched_site, harness,
+                                                                model_fixtures):
+    """Issue 9 (KV row headroom): req_to_token rows are context_len + extra wide, and a DDTREE
+    decode reserves committed + 2 * max(b, B + 1) slots (dflash_decode_window, patch 0007).
+    extra was 4 + (B + 1): near the context limit a request wrote into the next row."""
+    rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), "12.0")
+    for name in ("ddtree_triton", "ddtree_b16_budget4"):
+        c = rep[name]
+        assert c["row_extra"] >= 2 * max(c["block"], c["num_draft_tokens"]), c
