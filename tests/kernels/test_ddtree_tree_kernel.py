@@ -1,4 +1,4 @@
-"""The fused Triton tree builder and top-K kernels (patch 0012) equal the heap oracle, ties included.
+"""The fused Triton tree builder and top-K kernels (patch 0013) equal the heap oracle, ties included.
 
 Real parts: the kernels of ``ddtree_tree_kernel.py`` as the series builds them, reached through
 the public API (``build_ddtree_tree_from_topk`` / ``topk_logprobs_from_logits`` of patch 0001),

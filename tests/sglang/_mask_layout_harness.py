@@ -97,6 +97,12 @@ def main() -> None:
             "is_full_layout": mask == full_layout(tree.tree_mask, prefix),
             "is_qlen_layout": mask == tree.tree_mask.reshape(-1).tolist(),
         }
+    # Builder input at the worker boundary: NaN logits and rounding above the lse.
+    ids = torch.tensor([[3, 4, 5, 6]])
+    logits = torch.tensor([[float("nan"), 2.0, 1.0, 0.5]])
+    lse = torch.tensor([1.9])  # below the top logit: log q would be +0.1
+    _, lp = W.ddtree_depth_topk_from_candidates(ids, logits, lse, bs=1, depth=1, k=4)
+    report["boundary_logprobs"] = [float(x) for x in lp.reshape(-1)]
     print("REPORT " + json.dumps(report))
 
 

@@ -124,3 +124,44 @@ def test_t_gt_0_walk_sampler_matches_target_distribution(report):
     # 4000 draws per node: the empirical frequencies of the per-node target samples
     # match softmax(logits / T) (per-request temperatures 1.0 and 0.5).
     assert report["units"]["walk_sampler_max_abs_err"] < 0.04
+
+
+@pytest.mark.parametrize("cap", ["9.0", "10.0", "12.0"])
+def test_ddtree_decode_cuda_graphs_disabled_full_resolution(patched_site, harness,
+                                                            model_fixtures, cap):
+    """Issue 9 (CUDA graphs): through the WHOLE ServerArgs resolution (resolve_once) on a
+    mocked sm90 / sm100 / sm120 CUDA platform, DDTREE ends with the decode graph backend
+    disabled. Flipping only disable_cuda_graph left it 'full' (cuda_graph_config is resolved
+    from the boolean before the speculative hook runs). --disable-cuda-graph keeps meaning
+    every phase off. Prefill graphs stay what SGLang picks for DFLASH (breakable: the
+    prefill is linear DFlash's, no tree mask)."""
+    rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), cap)
+    for name in ("ddtree_flashinfer", "ddtree_triton"):
+        assert rep[name].get("decode") == "disabled", rep[name]
+        assert rep[name]["prefill"] == rep["dflash_default"]["prefill"], rep
+    assert rep["ddtree_disable_cuda_graph"]["decode"] == "disabled", rep
+    assert rep["ddtree_disable_cuda_graph"]["prefill"] == "disabled", rep
+    assert rep["dflash_default"]["decode"] != "disabled", rep  # the mock really is CUDA
+
+
+@pytest.mark.parametrize("cap", ["9.0", "10.0", "12.0"])
+def test_ddtree_unset_attention_backend_reads_a_tree_mask(patched_site, harness,
+                                                          model_fixtures, cap):
+    """Issue 9 (default backend): with no --attention-backend, the full resolution on
+    sm90 / sm100 / sm120 picks a backend that reads an arbitrary ancestor mask (flashinfer
+    when installed, else triton). Before the fix Hopper resolved to fa3 (the topk-one default
+    runs before DDTREE derives its topk) and DDTREE was refused."""
+    rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), cap)
+    assert rep["ddtree_default"].get("attention_backend") in ("flashinfer", "triton"), rep
+    assert rep["ddtree_default"]["decode"] == "disabled", rep
+
+
+def test_ddtree_req_to_token_row_headroom_covers_decode_reserve(patched_site, harness,
+                                                                model_fixtures):
+    """Issue 9 (KV row headroom): req_to_token rows are context_len + extra wide, and a DDTREE
+    decode reserves committed + 2 * max(b, B + 1) slots (dflash_decode_window, patch 0007).
+    extra was 4 + (B + 1): near the context limit a request wrote into the next row."""
+    rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), "12.0")
+    for name in ("ddtree_triton", "ddtree_b16_budget4"):
+        c = rep[name]
+        assert c["row_extra"] >= 2 * max(c["block"], c["num_draft_tokens"]), c

@@ -101,3 +101,10 @@ def test_verify_mask_layout_is_the_target_backends(patched_site, harness):
     assert be["intel_amx"]["is_qlen_layout"], rep
     if "flashinfer" in be:
         assert be["flashinfer"]["mode"] == "FULL_MASK" and be["flashinfer"]["is_full_layout"], rep
+
+
+def test_builder_input_logprobs_refused_above_zero_and_nan(patched_site, harness):
+    """Issue 9 (smaller): the worker clamps the tree builder's log-probs to <= 0 and sends NaN
+    to -inf (last), so the best-first builder never ranks a NaN or a > 0 value first."""
+    lp = harness(patched_site, "_mask_layout_harness.py")["boundary_logprobs"]
+    assert lp[0] == 0.0 and all(x <= 0.0 for x in lp) and lp[-1] == float("-inf"), lp
