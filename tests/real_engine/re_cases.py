@@ -49,20 +49,23 @@ def engine_kwargs(name: str, models: dict) -> dict:
     spec = dict(speculative_draft_model_path=str(models["draft"]),
                 speculative_draft_attention_backend="triton")
     ddtree = dict(spec, speculative_algorithm="DDTREE")
+    # The tiny target's vocabulary has 12 tokens, below the default top-K cap min(B, 32) at B >= 16:
+    # those engines cap K at 8 (every depth's top 8 of 12 tokens), as the default did before.
+    cap8 = dict(speculative_ddtree_topk_cap=8)
     configs = {
         "plain": {},
         "dflash": dict(spec, speculative_algorithm="DFLASH"),
         # The main DDTREE engine: debug metrics on, small prefill chunks.
-        "ddtree16": dict(ddtree, speculative_ddtree_budget=16, speculative_ddtree_debug_metrics=True,
+        "ddtree16": dict(ddtree, speculative_ddtree_budget=16, speculative_ddtree_debug_metrics=True, **cap8,
                          chunked_prefill_size=CHUNK),
-        "ddtree64": dict(ddtree, speculative_ddtree_budget=64),
+        "ddtree64": dict(ddtree, speculative_ddtree_budget=64, **cap8),
         # B >= depth = block_size - 1 is required: B=1 and B=4 run the drafter at block 2 / 5.
         "ddtree1": dict(ddtree, speculative_ddtree_budget=1, speculative_dflash_block_size=2),
         "ddtree4": dict(ddtree, speculative_ddtree_budget=4, speculative_dflash_block_size=5),
         # Top-K cap 2 at depth 7: the largest tree is sum_d 2**d = 254 nodes; B = that maximum.
         "ddtree254": dict(ddtree, speculative_ddtree_budget=254, speculative_ddtree_topk_cap=2),
-        "sampling": dict(ddtree, speculative_ddtree_budget=16, random_seed=7),
-        "headroom": dict(ddtree, speculative_ddtree_budget=16, context_length=HEADROOM_CONTEXT,
+        "sampling": dict(ddtree, speculative_ddtree_budget=16, random_seed=7, **cap8),
+        "headroom": dict(ddtree, speculative_ddtree_budget=16, context_length=HEADROOM_CONTEXT, **cap8,
                          max_running_requests=4),
     }
     return dict(base, **configs[name])

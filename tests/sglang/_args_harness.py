@@ -80,7 +80,7 @@ def main() -> None:
                                  "--speculative-ddtree-budget", "4"])
     case("triton_backend", bs16 + ["--attention-backend", "triton"])
     case("explicit_consistent_eagle_fields", bs16 + ["--speculative-num-steps", "15",
-                                                     "--speculative-eagle-topk", "8",
+                                                     "--speculative-eagle-topk", "32",
                                                      "--speculative-num-draft-tokens", "65"])
     case("hybrid_unsafe", bs16 + ["--speculative-ddtree-allow-hybrid-unsafe"], model="hybrid")
     case("max_running_requests_kept", bs16 + ["--max-running-requests", "7"])

@@ -41,14 +41,14 @@ def _ok(report, name):
 
 
 @pytest.mark.parametrize("name,b,k,budget", [
-    ("default_from_draft_config", 16, 8, 64),   # block size read from the drafter config
-    ("explicit_b16", 16, 8, 64),
+    ("default_from_draft_config", 16, 32, 64),   # block size read from the drafter config
+    ("explicit_b16", 16, 32, 64),
     ("budget128_k16_debug", 16, 16, 128),
-    ("budget4_default_cap", 4, 4, 4),           # default cap = min(budget, 8)
-    ("triton_backend", 16, 8, 64),
-    ("explicit_consistent_eagle_fields", 16, 8, 64),
-    ("hybrid_unsafe", 16, 8, 64),
-    ("max_running_requests_kept", 16, 8, 64),
+    ("budget4_default_cap", 4, 4, 4),           # default cap = min(budget, 32)
+    ("triton_backend", 16, 32, 64),
+    ("explicit_consistent_eagle_fields", 16, 32, 64),
+    ("hybrid_unsafe", 16, 32, 64),
+    ("max_running_requests_kept", 16, 32, 64),
 ])
 def test_derived_shape(report, name, b, k, budget):
     r = _ok(report, name)
