@@ -24,8 +24,10 @@ HEADROOM_PROMPTS = [
 
 
 def headroom_max_new(prompt) -> int:
-    # SGLang keeps one position of the context for the next token: prompt + new < context.
-    return HEADROOM_CONTEXT - len(prompt) - 1
+    # The most SGLang schedules for one request: max_req_len = context_len - 1 (managers/tp_worker.py:421)
+    # and max_new_tokens <= max_req_len - input_len - 1 (managers/scheduler.py:2714), so
+    # prompt + new = context - 2. Asking for more is capped there, before any worker runs.
+    return HEADROOM_CONTEXT - len(prompt) - 2
 
 
 # prompt -> number of greedy tokens the plain engine computes once for every case.

@@ -37,7 +37,7 @@ def test_kv_rows_at_the_context_limit(engines, hf_greedy):
         assert int(eng.server_args["context_length"]) == cases.HEADROOM_CONTEXT
         outs = eng.generate(prompts, [cases.greedy(n) for n in ns])
         for p, n, o, pl in zip(prompts, ns, outs, plain):
-            assert len(p) + n == cases.HEADROOM_CONTEXT - 1
+            assert len(p) + n == cases.HEADROOM_CONTEXT - 2
             assert_greedy([o], [p], n, hf_greedy, [pl])
     finally:
         engines.stop()
