@@ -12,10 +12,13 @@ Used only by the H200 harness (tools/sglang_h200, docs/h200-harness.md). It repl
   :class:`NotStoodIn` object: calling it, or reading an attribute of it, raises
   ``NotImplementedError`` naming ``sgl_kernel.<name>``. So a path that reaches an op we did not stand
   in stops loudly at that op instead of computing something else.
-* ``sgl_kernel.<sub>`` submodules not on disk here (``flash_attn``, ``speculative``...) are created on
-  import with the same rule, by :class:`_SubmoduleFinder`.
+* ``sgl_kernel.<sub>`` submodules: ``utils`` is here; those in :data:`STUB_SUBMODULES` (imported
+  unconditionally at module load on CUDA) are created on import with the NotStoodIn rule by
+  :class:`_SubmoduleFinder`; any other raises ``ModuleNotFoundError`` as if the wheel lacked it, so
+  SGLang's own ``except ImportError`` fallbacks run (e.g. ``sgl_kernel.scalar_type`` in
+  ``srt/layers/quantization/utils.py:26-42``).
 
-Set ``SGL_KERNEL_STANDIN_LOG=<file>`` to append one line per name first imported and per stood-in op
+Set ``H200_STANDIN_LOG=<file>`` to append one line per name first imported and per stood-in op
 first called (``import <name>`` / ``call <name>``), to see what the engine used.
 """
 
@@ -32,13 +35,21 @@ STANDIN = True
 
 _seen: set[str] = set()
 
+# Submodules that SGLang imports without an ImportError fallback on the decode path's modules.
+STUB_SUBMODULES: frozenset[str] = frozenset(
+    {
+        "sgl_kernel.kvcacheio",
+        "sgl_kernel.quantization",
+    }
+)
+
 
 def _log(kind: str, name: str) -> None:
     key = f"{kind} {name}"
     if key in _seen:
         return
     _seen.add(key)
-    path = os.environ.get("SGL_KERNEL_STANDIN_LOG")
+    path = os.environ.get("H200_STANDIN_LOG")
     if path:
         try:
             with open(path, "a") as fh:
@@ -91,6 +102,9 @@ class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         # were found by the path finder before it is asked.
         if not fullname.startswith("sgl_kernel."):
             return None
+        if fullname not in STUB_SUBMODULES:
+            _log("absent", fullname)
+            return None  # -> ModuleNotFoundError, as for a wheel without it (SGLang's fallbacks run)
         return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
 
     def create_module(self, spec):
