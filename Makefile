@@ -9,7 +9,7 @@ PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle clean
+.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle h200-bundle clean
 
 help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
@@ -59,6 +59,11 @@ bench: venv sshd snapshot
 # What a GPU machine with only torch + Triton needs for tools/gpu_suite.py and tools/bench_builder.py.
 bench-gpu-bundle: venv snapshot
 	$(PY) tools/make_gpu_bundle.py
+
+# What the real-SGLang-engine harness carries to an H200 (docs/h200-harness.md): the patched sglang
+# tree, the dependency wheels, the sgl_kernel stand-in. H200_CARRY=/work/main/.carry-12 copies it there.
+h200-bundle: venv snapshot
+	$(PY) tools/sglang_h200/make_bundle.py $(if $(H200_CARRY),--carry $(H200_CARRY))
 
 clean:
 	rm -rf build out .pytest_cache .hypothesis

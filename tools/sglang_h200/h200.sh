@@ -6,12 +6,12 @@
 set -u
 B=$(cd "$1" && pwd); shift
 OUT=${OUT:-/tmp/h200-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >"$OUT/pip.log" 2>&1 || { tail -20 "$OUT/pip.log"; exit 3; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >/tmp/pip.log 2>&1 || { tail -20 /tmp/pip.log; exit 3; }
 mkdir -p /tmp/sgl && tar -xJf "$B/sglang.tar.xz" -C /tmp/sgl || exit 3
 export SGLANG_JIT_CACHE_DIR=/tmp/jit; mkdir -p /tmp/jit
 [ -f "$B/jit-cache.tar.gz" ] && tar -xzf "$B/jit-cache.tar.gz" -C /tmp/jit
 export PYTHONPATH="$B/harness/standin:/tmp/sgl:/tmp/site:$B/harness"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_STANDIN_LOG="$OUT/standin.log"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_STANDIN_LOG=/tmp/standin.log
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__,torch.cuda.get_device_name())'
@@ -27,5 +27,5 @@ for part in "$@"; do
   esac
 done
 (cd /tmp/jit && tar -czf "$OUT/jit-cache.tar.gz" . 2>/dev/null); ls -la "$OUT"
-sort -u "$OUT/standin.log" 2>/dev/null | sed 's/ pid=.*//' | sort -u > "$OUT/standin-used.txt"; cat "$OUT/standin-used.txt"
+sort -u /tmp/standin.log 2>/dev/null | sed 's/ pid=.*//' | sort -u > "$OUT/standin-used.txt"; cat "$OUT/standin-used.txt"
 exit $rc
