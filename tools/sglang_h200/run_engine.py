@@ -222,6 +222,8 @@ def part_equal(root: Path, args) -> dict:
         # the first engine also compiles SGLang's JIT kernels (nvcc), cached for the others
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
         out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout)
+        if name == "plain" and "error" in out[name]:
+            break  # every other case starts the same engine first: fail fast, report where it stopped
     ref = out.get("plain", {}).get("ok")
     for name, r in out.items():
         if "ok" in r and ref and name != "plain":
@@ -246,7 +248,10 @@ def part_time(root: Path, args) -> dict:
             continue
         argv = server_argv(target, draft, algo, graphs, "bfloat16", budget, extra)
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
+        first = not out
         out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout)
+        if first and "error" in out[name]:
+            break
     return out
 
 
