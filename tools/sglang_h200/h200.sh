@@ -21,9 +21,9 @@ for part in "$@"; do
   case "$part" in
     checks) python3 "$B/harness/check_ops.py" --device cuda 2>&1 | tee "$OUT/checks.log" | grep -v " ok " ;
             python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
-    equal) python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL)|Error|error" | cut -c1-1500 || rc=1 ;;
-    time) python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^CASE|Error|error" | cut -c1-1500 || rc=1 ;;
-    time:*|equal:*) p=${part%%:*}; c=${part#*:}; python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/$p-${c//,/_}.log" | grep -E "^(CASE|EQUAL)|Error|error" | cut -c1-1500 || rc=1 ;;
+    equal) python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time) python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time:*|equal:*) p=${part%%:*}; c=${part#*:}; python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/$p-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
   esac
 done
 (cd /tmp/jit && tar -czf "$OUT/jit-cache.tar.gz" . 2>/dev/null); ls -la "$OUT"

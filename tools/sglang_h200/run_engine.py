@@ -196,7 +196,11 @@ def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout) -> dict:
     if "ok" in line:
         line["ok"] = {**line["ok"], "runs": [{k: v for k, v in r.items() if k != "output_ids"}
                                              for r in line["ok"]["runs"]]}
+    trace = line.pop("trace", None)
     print("CASE " + json.dumps(line), flush=True)
+    if trace:
+        for ln in trace[-2500:].splitlines():
+            print("  | " + ln, flush=True)
     return result
 
 
