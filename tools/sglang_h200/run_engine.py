@@ -125,7 +125,8 @@ def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype
                 budget: int | None, extra: list[str]) -> list[str]:
     argv = ["--model-path", str(target), "--device", "cuda", "--dtype", dtype,
             "--attention-backend", "triton", "--trust-remote-code", "--random-seed", "0",
-            "--mem-fraction-static", "0.75", "--log-level", "warning"]
+            "--mem-fraction-static", "0.75", "--log-level", "warning",
+            "--sampling-backend", "pytorch"]  # flashinfer is not on the machine; greedy is argmax either way
     if not graphs:
         # Both spellings: the legacy boolean alone does not turn the decode graph off once
         # cuda_graph_config is resolved (issue 9); the per-phase backends do.
