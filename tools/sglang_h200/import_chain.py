@@ -39,7 +39,36 @@ def main(argv: list[str]) -> int:
             bad += 1
             print(f"FAIL {name}: {type(exc).__name__}: {exc}", flush=True)
             traceback.print_exc(limit=-4)
+    if not argv:
+        bad += _check_bindings()
     return 1 if bad else 0
+
+
+# Names SGLang's CUDA branches bind from sgl_kernel at module load (file:line in the pinned wheel):
+# each must be the stand-in's object, which shows the CUDA branch was taken and resolved to it.
+BINDINGS = [
+    ("sglang.srt.layers.layernorm", "rmsnorm", "sgl_kernel", "rmsnorm"),  # layernorm.py:102
+    ("sglang.srt.layers.layernorm", "fused_add_rmsnorm", "sgl_kernel", "fused_add_rmsnorm"),
+    # activation.py:62: the sgl_kernel op for hidden sizes the JIT kernel cannot vectorize (:85-96)
+    ("sglang.srt.layers.activation", "_sgl_silu_and_mul", "sgl_kernel", "silu_and_mul"),
+    ("sglang.srt.layers.attention.triton_backend", "is_arch_support_pdl", "sgl_kernel.utils",
+     "is_arch_support_pdl"),  # triton_backend.py:71
+    ("sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor", "weak_ref_tensor", "sgl_kernel",
+     "weak_ref_tensor"),  # weak_ref_tensor.py:8
+]
+
+
+def _check_bindings() -> int:
+    bad = 0
+    for mod, attr, kmod, kattr in BINDINGS:
+        try:
+            got = getattr(importlib.import_module(mod), attr)
+            ok = got is getattr(importlib.import_module(kmod), kattr)
+        except Exception as exc:  # noqa: BLE001
+            ok, got = False, exc
+        bad += not ok
+        print(f"{'ok  ' if ok else 'FAIL'} binding {mod}.{attr} is {kmod}.{kattr}" + ("" if ok else f" ({got!r})"))
+    return bad
 
 
 if __name__ == "__main__":
