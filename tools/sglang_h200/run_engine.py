@@ -140,7 +140,17 @@ def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype
     return argv + extra
 
 
-def _child(conn, argv, prompts_by_batch, max_new_tokens):
+def _read_probe(path):
+    try:
+        steps, build, step = Path(path).read_text().split()
+        return int(steps), float(build), float(step)
+    except (OSError, ValueError):
+        return 0, 0.0, 0.0
+
+
+def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
+    os.environ.update(env or {})
+    probe = os.environ.get("H200_TIME_BUILDER")
     try:
         import sglang
         from sglang.srt.server_args import prepare_server_args
@@ -155,9 +165,11 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens):
             t1 = time.perf_counter()
             engine.generate(input_ids=prompts, sampling_params=dict(sp, max_new_tokens=1))
             prefill_s = time.perf_counter() - t1
+            before = _read_probe(probe) if probe else None
             t1 = time.perf_counter()
             outs = engine.generate(input_ids=prompts, sampling_params=sp)
             wall_s = time.perf_counter() - t1
+            after = _read_probe(probe) if probe else None
             ids = [list(o.get("output_ids") or []) for o in outs]
             metas = [o.get("meta_info", {}) for o in outs]
             steps = max(int(m.get("spec_verify_ct") or 0) for m in metas) or (max_new_tokens - 1)
@@ -167,6 +179,11 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens):
                 "tokens": sum(len(x) for x in ids), "output_ids": ids,
                 "accept_len": [m.get("spec_accept_length") for m in metas],
             })
+            if probe:
+                n = after[0] - before[0]
+                res["runs"][-1]["probe"] = {
+                    "decode_steps": n, "build_ms": 1000 * (after[1] - before[1]) / max(n, 1),
+                    "step_ms": 1000 * (after[2] - before[2]) / max(n, 1)}
         engine.shutdown()
         conn.send({"ok": res})
     except BaseException as exc:  # report everything to the parent
@@ -175,10 +192,10 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens):
         conn.close()
 
 
-def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout) -> dict:
+def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None) -> dict:
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, argv, prompts_by_batch, max_new_tokens))
+    proc = ctx.Process(target=_child, args=(child, argv, prompts_by_batch, max_new_tokens, env))
     t0 = time.perf_counter()
     proc.start()
     child.close()
@@ -245,6 +262,8 @@ def part_time(root: Path, args) -> dict:
     prompts = [[[rng.randrange(1000, 100000) for _ in range(64)] for _ in range(bs)] for bs in (1, 8, 32)]
     cases = [("dflash-nographs", "DFLASH", False, None), ("dflash-graphs", "DFLASH", True, None)]
     cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
+    # builder's share: the same DDTREE cases with the synchronizing probe (sitecustomize.py, 3.)
+    cases += [(f"ddtree-B{b}-nographs-probe", "DDTREE", False, b) for b in (16, 64, 256)]
     extra = ["--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--context-length", "4096",
              "--max-running-requests", "32", "--cuda-graph-max-bs-decode", "32"]
     out = {}
@@ -254,7 +273,8 @@ def part_time(root: Path, args) -> dict:
         argv = server_argv(target, draft, algo, graphs, "bfloat16", budget, extra)
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
         first = not out
-        out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout)
+        env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else None
+        out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, env)
         if first and "error" in out[name]:
             break
     return out
