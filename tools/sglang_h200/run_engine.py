@@ -40,6 +40,7 @@ Q8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hid
 Q8B_DRAFT_LAYERS = 5
 Q8B_BLOCK = 16
 Q8B_TARGET_LAYERS = [1, 9, 17, 25, 33]
+SINK: Path | None = None
 
 
 # ----------------------------------------------------------------------------- models
@@ -216,6 +217,10 @@ def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None) ->
                                              for r in line["ok"]["runs"]]}
     trace = line.pop("trace", None)
     print("CASE " + json.dumps(line), flush=True)
+    if SINK is not None:  # written after every case: a run cut short still leaves its finished cases
+        done = json.loads(SINK.read_text()) if SINK.is_file() else {}
+        done[name] = result
+        SINK.write_text(json.dumps(done))
     if trace:
         for ln in trace[-2500:].splitlines():
             print("  | " + ln, flush=True)
@@ -290,12 +295,14 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
+    global SINK
+    SINK = args.out
     if args.part == "models":  # CPU check of the model/config writers
         print(make_tiny_models(args.work), make_8b_configs(args.work))
         return 0
     res = part_equal(args.work, args) if args.part == "equal" else part_time(args.work, args)
     if args.out:
-        args.out.write_text(json.dumps({k: {kk: vv for kk, vv in v.items()} for k, v in res.items()}, indent=1))
+        args.out.write_text(json.dumps(res, indent=1))
     bad = [k for k, v in res.items() if "error" in v or v.get("equal_to_plain") is False]
     return 1 if bad else 0
 
