@@ -150,6 +150,7 @@ def _read_probe(path):
 
 
 def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
+    os.setpgid(0, 0)  # the engine's scheduler/detokenizer join this group: the parent ends them all
     os.environ.update(env or {})
     probe = os.environ.get("H200_TIME_BUILDER")
     try:
@@ -206,10 +207,13 @@ def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None) ->
             result = parent.recv()
         except EOFError:
             result = {"error": f"engine process died (exit {proc.exitcode})"}
-    proc.join(10)
-    if proc.is_alive():
-        proc.kill()
-        proc.join(5)
+    proc.join(15)
+    try:  # this case's engine processes, and only them (the child's own process group)
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.join(5)
+    time.sleep(2)  # let the driver release the GPU memory before the next engine sizes its pools
     result.update(name=name, argv=argv, case_s=round(time.perf_counter() - t0, 1))
     line = {k: v for k, v in result.items() if k != "argv"}
     if "ok" in line:
