@@ -16,14 +16,16 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__,torch.cuda.get_device_name())'
 rc=0
+START=$SECONDS; BUDGET=${H200_BUDGET_S:-530}   # parts stop in time for the epilogue below
 for part in "$@"; do
-  echo "=== part $part $(date -u +%T)"
+  left=$((BUDGET - (SECONDS - START))); [ $left -le 20 ] && { echo "=== part $part skipped: no time left"; continue; }
+  echo "=== part $part $(date -u +%T) (${left}s left)"
   case "$part" in
-    checks) python3 "$B/harness/check_ops.py" --device cuda 2>&1 | tee "$OUT/checks.log" | grep -v " ok " ;
-            python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
-    equal) python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
-    time) python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
-    time:*|equal:*) p=${part%%:*}; c=${part#*:}; python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/$p-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    checks) timeout -k 5 $left python3 "$B/harness/check_ops.py" --device cuda 2>&1 | tee "$OUT/checks.log" | grep -v " ok " ;
+            timeout -k 5 $left python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
+    equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/$p-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
   esac
 done
 (cd /tmp/jit && tar -czf "$OUT/jit-cache.tar.gz" . 2>/dev/null); ls -la "$OUT"
