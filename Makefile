@@ -9,7 +9,7 @@ PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle mutation clean
+.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle h200-bundle mutation clean
 
 help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
@@ -70,6 +70,11 @@ MUTATION_MINUTES ?= 60
 mutation: venv sshd snapshot
 	$(PY) -m pip install -q 'cosmic-ray==8.7.0'
 	$(PY) tests/foundation/mutation/run.py --minutes $(MUTATION_MINUTES)
+
+# What the real-SGLang-engine harness carries to an H200 (docs/h200-harness.md): the patched sglang
+# tree, the dependency wheels, the sgl_kernel stand-in. H200_CARRY=/work/main/.carry-12 copies it there.
+h200-bundle: venv snapshot
+	$(PY) tools/sglang_h200/make_bundle.py $(if $(H200_CARRY),--carry $(H200_CARRY))
 
 clean:
 	rm -rf build out .pytest_cache .hypothesis

@@ -1,0 +1,33 @@
+#!/bin/bash
+# The H200 harness's entry on the device machine. Usage (from the repo root there):
+#   bash .carry-12/harness/h200.sh .carry-12 PART...   PART: checks | equal | time | time:<case> ...
+# Installs the carried wheels into /tmp/site, unpacks the patched sglang into /tmp/sgl, puts the
+# stand-ins first on PYTHONPATH, runs the parts, and leaves logs / JSON / the JIT cache under $OUT.
+set -u
+B=$(cd "$1" && pwd); shift
+OUT=${OUT:-/tmp/h200-out}; mkdir -p "$OUT"
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >/tmp/pip.log 2>&1 || { tail -20 /tmp/pip.log; exit 3; }
+mkdir -p /tmp/sgl && tar -xJf "$B/sglang.tar.xz" -C /tmp/sgl || exit 3
+export SGLANG_JIT_CACHE_DIR=/tmp/jit; mkdir -p /tmp/jit
+[ -f "$B/jit-cache.tar.gz" ] && tar -xzf "$B/jit-cache.tar.gz" -C /tmp/jit
+export PYTHONPATH="$B/harness/standin:/tmp/sgl:/tmp/site:$B/harness"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_STANDIN_LOG=/tmp/standin.log
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__,torch.cuda.get_device_name())'
+rc=0
+START=$SECONDS; BUDGET=${H200_BUDGET_S:-530}   # parts stop in time for the epilogue below
+for part in "$@"; do
+  left=$((BUDGET - (SECONDS - START))); [ $left -le 20 ] && { echo "=== part $part skipped: no time left"; continue; }
+  echo "=== part $part $(date -u +%T) (${left}s left)"
+  case "$part" in
+    checks) timeout -k 5 $left python3 "$B/harness/check_ops.py" --device cuda 2>&1 | tee "$OUT/checks.log" | grep -v " ok " ;
+            timeout -k 5 $left python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
+    equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/$p-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+  esac
+done
+(cd /tmp/jit && tar -czf "$OUT/jit-cache.tar.gz" . 2>/dev/null); ls -la "$OUT"
+sort -u /tmp/standin.log 2>/dev/null | sed 's/ pid=.*//' | sort -u > "$OUT/standin-used.txt"; cat "$OUT/standin-used.txt"
+exit $rc

@@ -1,0 +1,315 @@
+"""Run the real SGLang engine (pinned 0.5.23 + the repo's series) on the H200: plain, DFLASH, DDTREE.
+
+Run by tools/sglang_h200/h200.sh on the device machine (docs/h200-harness.md). Two parts:
+
+``--part equal``: tiny random-weight models created here (a 3-layer Qwen3 target, a 1-layer DFlash
+drafter in the z-lab layout, vocab 12 so acceptance is high and trees go deep), float32. Plain greedy,
+DFLASH (graphs off and on) and DDTREE (graphs off, B in 16/64/256), each on its own engine, the same 4
+ragged prompts; every speculative output must equal the plain greedy output token for token.
+
+``--part time``: a Qwen3-8B-shaped bf16 target and a DFlash-shaped drafter (z-lab Qwen3-8B-DFlash-b16
+shapes: 5 layers, block 16, target layers 1/9/17/25/33), random weights (SGLang's ``dummy`` load
+format: nothing written, nothing downloaded). Decode step time in ms/step at batch 1, 8, 32 for DFLASH
+(graphs off/on) and DDTREE (graphs off, B 16/64/256).
+
+Each engine case runs in a fresh child process (one engine per process; a crash or hang is confined
+to its case, bounded by ``--case-timeout``). Results: one JSON line per case on stdout prefixed
+``CASE``, and ``--out`` (JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+
+TINY = dict(vocab_size=12, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
+            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=10000.0,
+            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+TINY_BLOCK = 8
+Q8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
+           num_attention_heads=32, num_key_value_heads=8, head_dim=128,
+           max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
+           tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645)
+Q8B_DRAFT_LAYERS = 5
+Q8B_BLOCK = 16
+Q8B_TARGET_LAYERS = [1, 9, 17, 25, 33]
+SINK: Path | None = None
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def _tokenizer(dest: Path, vocab: int) -> None:
+    """A WordLevel tokenizer over tokens t0..t{vocab-1} (nothing downloaded)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = {f"t{i}": i for i in range(vocab)}
+    tok = Tokenizer(models.WordLevel(vocab=words, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.save(str(dest / "tokenizer.json"))
+    (dest / "tokenizer_config.json").write_text(json.dumps({
+        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "t1", "eos_token": "t2",
+        "pad_token": "t0", "unk_token": "t0", "model_max_length": 1 << 20}))
+
+
+def make_tiny_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
+    """Seeded random weights scaled up so greedy is not flat (as the CPU engine runs, notes)."""
+    import torch
+    from safetensors.torch import save_file
+
+    target, draft = root / "tiny-target", root / "tiny-draft"
+    for d in (target, draft):
+        d.mkdir(parents=True, exist_ok=True)
+    g = torch.Generator().manual_seed(seed)
+    H, I, V, L = TINY["hidden_size"], TINY["intermediate_size"], TINY["vocab_size"], TINY["num_hidden_layers"]
+    nh, nkv, hd = TINY["num_attention_heads"], TINY["num_key_value_heads"], TINY["head_dim"]
+
+    def w(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=g) * scale / (shape[-1] ** 0.5)).float().contiguous()
+
+    def layer(prefix: str) -> dict:
+        return {
+            f"{prefix}.self_attn.q_proj.weight": w(nh * hd, H), f"{prefix}.self_attn.k_proj.weight": w(nkv * hd, H),
+            f"{prefix}.self_attn.v_proj.weight": w(nkv * hd, H), f"{prefix}.self_attn.o_proj.weight": w(H, nh * hd),
+            f"{prefix}.self_attn.q_norm.weight": torch.ones(hd), f"{prefix}.self_attn.k_norm.weight": torch.ones(hd),
+            f"{prefix}.mlp.gate_proj.weight": w(I, H), f"{prefix}.mlp.up_proj.weight": w(I, H),
+            f"{prefix}.mlp.down_proj.weight": w(H, I),
+            f"{prefix}.input_layernorm.weight": torch.ones(H), f"{prefix}.post_attention_layernorm.weight": torch.ones(H),
+        }
+
+    tw = {"model.embed_tokens.weight": w(V, H, scale=H ** 0.5), "model.norm.weight": torch.ones(H),
+          "lm_head.weight": w(V, H, scale=4.0)}
+    for i in range(L):
+        tw.update(layer(f"model.layers.{i}"))
+    save_file(tw, str(target / "model.safetensors"))
+    (target / "config.json").write_text(json.dumps(dict(TINY, architectures=["Qwen3ForCausalLM"],
+                                                        model_type="qwen3", torch_dtype="float32")))
+    dw = {"norm.weight": torch.ones(H), "hidden_norm.weight": torch.ones(H), "fc.weight": w(H, 2 * H)}
+    dw.update(layer("layers.0"))
+    save_file(dw, str(draft / "model.safetensors"))
+    (draft / "config.json").write_text(json.dumps(dict(
+        TINY, architectures=["DFlashDraftModel"], model_type="qwen3", torch_dtype="float32",
+        num_hidden_layers=1, block_size=TINY_BLOCK, num_target_layers=L,
+        dflash_config={"mask_token_id": V - 1, "target_layer_ids": [0, 1]})))
+    for d in (target, draft):
+        _tokenizer(d, V)
+    return target, draft
+
+
+def make_8b_configs(root: Path) -> tuple[Path, Path]:
+    """Config-only dirs (weights: SGLang's dummy loader, random, in GPU memory)."""
+    target, draft = root / "q8b-target", root / "q8b-draft"
+    for d in (target, draft):
+        d.mkdir(parents=True, exist_ok=True)
+    (target / "config.json").write_text(json.dumps(dict(Q8B, architectures=["Qwen3ForCausalLM"],
+                                                        model_type="qwen3", torch_dtype="bfloat16")))
+    (draft / "config.json").write_text(json.dumps(dict(
+        Q8B, architectures=["DFlashDraftModel"], model_type="qwen3", torch_dtype="bfloat16",
+        num_hidden_layers=Q8B_DRAFT_LAYERS, block_size=Q8B_BLOCK, num_target_layers=Q8B["num_hidden_layers"],
+        dflash_config={"mask_token_id": 151669, "target_layer_ids": Q8B_TARGET_LAYERS})))
+    for d in (target, draft):
+        _tokenizer(d, 64)  # only for the tokenizer manager's start; requests pass input_ids
+    return target, draft
+
+
+# ----------------------------------------------------------------------------- cases
+
+
+def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype: str,
+                budget: int | None, extra: list[str]) -> list[str]:
+    argv = ["--model-path", str(target), "--device", "cuda", "--dtype", dtype,
+            "--attention-backend", "triton", "--trust-remote-code", "--random-seed", "0",
+            "--mem-fraction-static", "0.75", "--log-level", "warning",
+            "--sampling-backend", "pytorch"]  # flashinfer is not on the machine; greedy is argmax either way
+    if not graphs:
+        # Both spellings: the legacy boolean alone does not turn the decode graph off once
+        # cuda_graph_config is resolved (issue 9); the per-phase backends do.
+        argv += ["--disable-cuda-graph", "--cuda-graph-backend-decode", "disabled",
+                 "--cuda-graph-backend-prefill", "disabled"]
+    if algo != "plain":
+        argv += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(draft),
+                 "--speculative-draft-attention-backend", "triton"]
+    if algo == "DDTREE":
+        argv += ["--speculative-ddtree-budget", str(budget)]
+    return argv + extra
+
+
+def _read_probe(path):
+    try:
+        steps, build, step = Path(path).read_text().split()
+        return int(steps), float(build), float(step)
+    except (OSError, ValueError):
+        return 0, 0.0, 0.0
+
+
+def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
+    os.setpgid(0, 0)  # the engine's scheduler/detokenizer join this group: the parent ends them all
+    os.environ.update(env or {})
+    probe = os.environ.get("H200_TIME_BUILDER")
+    try:
+        import sglang
+        from sglang.srt.server_args import prepare_server_args
+
+        t0 = time.perf_counter()
+        engine = sglang.Engine(server_args=prepare_server_args(argv))
+        res = {"start_s": round(time.perf_counter() - t0, 1), "runs": []}
+        sp = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+        engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp, max_new_tokens=4))  # warm
+        for prompts in prompts_by_batch:
+            # prefill-only reference (1 new token), then the full generation: the difference is decode
+            t1 = time.perf_counter()
+            engine.generate(input_ids=prompts, sampling_params=dict(sp, max_new_tokens=1))
+            prefill_s = time.perf_counter() - t1
+            before = _read_probe(probe) if probe else None
+            t1 = time.perf_counter()
+            outs = engine.generate(input_ids=prompts, sampling_params=sp)
+            wall_s = time.perf_counter() - t1
+            after = _read_probe(probe) if probe else None
+            ids = [list(o.get("output_ids") or []) for o in outs]
+            metas = [o.get("meta_info", {}) for o in outs]
+            steps = max(int(m.get("spec_verify_ct") or 0) for m in metas) or (max_new_tokens - 1)
+            res["runs"].append({
+                "batch": len(prompts), "wall_s": wall_s, "prefill_s": prefill_s, "decode_steps": steps,
+                "ms_per_step": 1000.0 * max(wall_s - prefill_s, 0.0) / max(steps, 1),
+                "tokens": sum(len(x) for x in ids), "output_ids": ids,
+                "accept_len": [m.get("spec_accept_length") for m in metas],
+            })
+            if probe:
+                n = after[0] - before[0]
+                res["runs"][-1]["probe"] = {
+                    "decode_steps": n, "build_ms": 1000 * (after[1] - before[1]) / max(n, 1),
+                    "step_ms": 1000 * (after[2] - before[2]) / max(n, 1)}
+        engine.shutdown()
+        conn.send({"ok": res})
+    except BaseException as exc:  # report everything to the parent
+        conn.send({"error": f"{type(exc).__name__}: {exc}", "trace": traceback.format_exc()[-6000:]})
+    finally:
+        conn.close()
+
+
+def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None) -> dict:
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=_child, args=(child, argv, prompts_by_batch, max_new_tokens, env))
+    t0 = time.perf_counter()
+    proc.start()
+    child.close()
+    result = {"error": f"timed out after {timeout} s"}
+    if parent.poll(timeout):
+        try:
+            result = parent.recv()
+        except EOFError:
+            result = {"error": f"engine process died (exit {proc.exitcode})"}
+    proc.join(15)
+    try:  # this case's engine processes, and only them (the child's own process group)
+        os.killpg(proc.pid, 9)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.join(5)
+    time.sleep(2)  # let the driver release the GPU memory before the next engine sizes its pools
+    result.update(name=name, argv=argv, case_s=round(time.perf_counter() - t0, 1))
+    line = {k: v for k, v in result.items() if k != "argv"}
+    if "ok" in line:
+        line["ok"] = {**line["ok"], "runs": [{k: v for k, v in r.items() if k != "output_ids"}
+                                             for r in line["ok"]["runs"]]}
+    trace = line.pop("trace", None)
+    print("CASE " + json.dumps(line), flush=True)
+    if SINK is not None:  # written after every case: a run cut short still leaves its finished cases
+        done = json.loads(SINK.read_text()) if SINK.is_file() else {}
+        done[name] = result
+        SINK.write_text(json.dumps(done))
+    if trace:
+        for ln in trace[-2500:].splitlines():
+            print("  | " + ln, flush=True)
+    return result
+
+
+def tiny_prompts(n: int, vocab: int, seed: int = 1) -> list[list[int]]:
+    import random
+
+    rng = random.Random(seed)
+    return [[rng.randrange(3, vocab - 1) for _ in range(5 + 3 * i)] for i in range(n)]
+
+
+def part_equal(root: Path, args) -> dict:
+    target, draft = make_tiny_models(root)
+    prompts = [tiny_prompts(4, TINY["vocab_size"])]
+    cases = [("plain", "plain", False, None), ("plain-graphs", "plain", True, None),
+             ("dflash-nographs", "DFLASH", False, None), ("dflash-graphs", "DFLASH", True, None)]
+    cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
+    out = {}
+    for name, algo, graphs, budget in cases:
+        if args.only and name not in args.only:
+            continue
+        argv = server_argv(target, draft, algo, graphs, "float32", budget,
+                           ["--context-length", "1024", "--cuda-graph-max-bs-decode", "8"])
+        # the first engine also compiles SGLang's JIT kernels (nvcc), cached for the others
+        timeout = args.case_timeout if out else max(args.case_timeout, 420)
+        out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout)
+        if name == "plain" and "error" in out[name]:
+            break  # every other case starts the same engine first: fail fast, report where it stopped
+    ref = out.get("plain", {}).get("ok")
+    for name, r in out.items():
+        if "ok" in r and ref and name != "plain":
+            r["equal_to_plain"] = r["ok"]["runs"][0]["output_ids"] == ref["runs"][0]["output_ids"]
+            print(f"EQUAL {name} {r['equal_to_plain']}", flush=True)
+    return out
+
+
+def part_time(root: Path, args) -> dict:
+    target, draft = make_8b_configs(root)
+    import random
+
+    rng = random.Random(2)
+    prompts = [[[rng.randrange(1000, 100000) for _ in range(64)] for _ in range(bs)] for bs in (1, 8, 32)]
+    cases = [("dflash-nographs", "DFLASH", False, None), ("dflash-graphs", "DFLASH", True, None)]
+    cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
+    # builder's share: the same DDTREE cases with the synchronizing probe (sitecustomize.py, 3.)
+    cases += [(f"ddtree-B{b}-nographs-probe", "DDTREE", False, b) for b in (16, 64, 256)]
+    extra = ["--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--context-length", "4096",
+             "--max-running-requests", "32", "--cuda-graph-max-bs-decode", "32"]
+    out = {}
+    for name, algo, graphs, budget in cases:
+        if args.only and name not in args.only:
+            continue
+        argv = server_argv(target, draft, algo, graphs, "bfloat16", budget, extra)
+        timeout = args.case_timeout if out else max(args.case_timeout, 420)
+        first = not out
+        env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else None
+        out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, env)
+        if first and "error" in out[name]:
+            break
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--part", choices=["equal", "time", "models"], required=True)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/h200-models"))
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--max-new-tokens", type=int, default=32)
+    ap.add_argument("--case-timeout", type=int, default=240)
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    global SINK
+    SINK = args.out
+    if args.part == "models":  # CPU check of the model/config writers
+        print(make_tiny_models(args.work), make_8b_configs(args.work))
+        return 0
+    res = part_equal(args.work, args) if args.part == "equal" else part_time(args.work, args)
+    if args.out:
+        args.out.write_text(json.dumps(res, indent=1))
+    bad = [k for k, v in res.items() if "error" in v or v.get("equal_to_plain") is False]
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

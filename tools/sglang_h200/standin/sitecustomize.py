@@ -1,0 +1,109 @@
+"""Launch shims of the H200 harness, active in every process the engine spawns (PYTHONPATH).
+
+See docs/h200-harness.md (3. is a timing probe, below). Each shim names what it replaces and why the code under test is unchanged.
+
+1. ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` -> ``h200_shims/cutedsl_dual_gemm.py`` (needs the
+   CuTe DSL ``cutlass``; answers "no dual GEMM" off SM100 like the real one). The name ``cutlass`` itself
+   is left unimportable: anything else that imports it fails with ImportError naming it.
+2. ``H200_FAKE_CUDA=1`` (CPU import-chain test only, tests/h200_harness): report a CUDA sm90 device to
+   SGLang's platform checks so its ``if _is_cuda:`` import branches are taken on a CPU machine. Never
+   set on the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+_REDIRECT = {
+    "sglang.kernels.ops.gemm.cutedsl_dual_gemm": _HERE / "h200_shims" / "cutedsl_dual_gemm.py",
+}
+
+
+class _Redirect(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        dest = _REDIRECT.get(fullname)
+        if dest is None:
+            return None
+        return importlib.util.spec_from_file_location(fullname, dest)
+
+
+if not any(isinstance(f, _Redirect) for f in sys.meta_path):
+    sys.meta_path.insert(0, _Redirect())
+
+os.environ.setdefault("SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK", "1")
+
+if os.environ.get("H200_FAKE_CUDA") == "1":
+    import torch
+
+    torch.cuda.is_available = lambda: True
+    torch.cuda.get_device_capability = lambda device=None: (9, 0)
+    torch.cuda.get_device_name = lambda device=None: "NVIDIA H200 (faked for the CPU import-chain test)"
+    torch.cuda.device_count = lambda: 1
+
+
+# 3. H200_TIME_BUILDER=<file> (the harness's builder-share cases only): wrap the DDTree worker's tree
+#    build (DDTreeWorkerV2._build_ddtree: top-K of the drafter's block + the tree builder) and its decode
+#    step with CUDA synchronizes and wall clocks; cumulative "steps build_s step_s" are rewritten to
+#    <file> after every decode step. The syncs change the timing a little, so these cases are reported
+#    apart from the step-time table; nothing else is touched.
+if os.environ.get("H200_TIME_BUILDER"):
+    import time as _time
+
+    _TIMED = "sglang.srt.speculative.ddtree_worker_v2"
+
+    def _instrument(mod):
+        import torch
+
+        cls = getattr(mod, "DDTreeWorkerV2", None)
+        if cls is None:
+            return
+        acc = {"steps": 0, "build": 0.0, "step": 0.0}
+        path = os.environ["H200_TIME_BUILDER"]
+        orig_build, orig_decode = cls._build_ddtree, cls._forward_ddtree_decode
+
+        def _build(self, *a, **k):
+            torch.cuda.synchronize()
+            t0 = _time.perf_counter()
+            out = orig_build(self, *a, **k)
+            torch.cuda.synchronize()
+            acc["build"] += _time.perf_counter() - t0
+            return out
+
+        def _decode(self, *a, **k):
+            torch.cuda.synchronize()
+            t0 = _time.perf_counter()
+            out = orig_decode(self, *a, **k)
+            torch.cuda.synchronize()
+            acc["step"] += _time.perf_counter() - t0
+            acc["steps"] += 1
+            with open(path, "w") as fh:
+                fh.write(f"{acc['steps']} {acc['build']} {acc['step']}\n")
+            return out
+
+        cls._build_ddtree, cls._forward_ddtree_decode = _build, _decode
+
+    class _PostImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, fullname, path=None, target=None):
+            if fullname != _TIMED:
+                return None
+            for finder in sys.meta_path:
+                if finder is self:
+                    continue
+                spec = finder.find_spec(fullname, path, target)
+                if spec is not None:
+                    orig_exec = spec.loader.exec_module
+
+                    def exec_module(module, _orig=orig_exec):
+                        _orig(module)
+                        _instrument(module)
+
+                    spec.loader.exec_module = exec_module
+                    return spec
+            return None
+
+    sys.meta_path.insert(0, _PostImport())
