@@ -82,7 +82,7 @@ def test_bench_writes_contract_jsonl(sweep):
 
 
 def test_plot_is_a_png_of_the_expected_size(sweep):
-    from ddtree_deploy.plotting import PIXELS
+    from ddtree_deploy.measure.plotting import PIXELS
 
     _, out = sweep
     data = (out / "sweep.png").read_bytes()

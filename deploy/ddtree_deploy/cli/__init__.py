@@ -14,9 +14,9 @@ try:  # typer >= 0.16 vendors its own click
 except ImportError:  # pragma: no cover
     from click import ClickException  # type: ignore[no-redef]
 
-from .. import __version__
-from ..console import err, out_json, print_error
-from ..errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
+from ddtree_deploy import __version__
+from ddtree_deploy.cli.console import err, out_json, print_error
+from ddtree_deploy.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
 
 app = typer.Typer(
     name="ddtree-deploy",
@@ -49,12 +49,12 @@ def _root(
     state["verbose"] = verbose
 
 
-from . import patch_cmds  # noqa: E402
-from . import deploy_cmds  # noqa: E402
-from . import bench_cmds  # noqa: E402
+from ddtree_deploy.cli import patch_cmds  # noqa: E402
+from ddtree_deploy.cli import deploy_cmds  # noqa: E402
+from ddtree_deploy.cli import bench_cmds  # noqa: E402
 
 patch_cmds.register(app)
-deploy_cmds.register(app)
+deploy_cmds.register(app, lambda argv: main(argv))
 bench_cmds.register(app)
 
 

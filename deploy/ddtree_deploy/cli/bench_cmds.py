@@ -8,8 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from ..console import err, out_json, out_line
-from ..errors import UsageError
+from ddtree_deploy.cli.console import err, out_json, out_line
+from ddtree_deploy.errors import UsageError
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
 
@@ -53,7 +53,7 @@ def bench(
     json_: bool = JsonOpt,
 ) -> None:
     """Sweep DDTree budgets on a host: JSONL run records, a table (stderr) and a PNG plot."""
-    from ..bench import BenchConfig, resolve_target, run_bench
+    from ddtree_deploy.measure.bench import BenchConfig, resolve_target, run_bench
 
     target = resolve_target(host, inventory)
     for item in base_url:
@@ -106,8 +106,8 @@ def compare(
     json_: bool = JsonOpt,
 ) -> None:
     """Exact-match, first divergence, tau and TPOT of RUN vs BASELINE; exit 11 if thresholds fail."""
-    from ..compare import Thresholds, check, compare_records, local_decoder, render
-    from ..records import load_records
+    from ddtree_deploy.measure.compare import Thresholds, check, compare_records, local_decoder, render
+    from ddtree_deploy.measure.records import load_records
 
     if min_exact_match is not None and min_exact_match < 0:
         min_exact_match = None

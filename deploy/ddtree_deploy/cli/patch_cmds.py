@@ -8,13 +8,19 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from .. import authoring, snapshot as snap
-from ..build import apply_checked, build as build_tree, check as check_series, resolve_inputs
-from ..console import err, out_json, out_line, print_error
-from ..errors import UsageError
-from ..paths import cache_dir, default_pin_path, default_series_dir
-from ..pin import load_pin
-from ..series import load_series
+from ddtree_deploy.patches import authoring
+from ddtree_deploy.pin import snapshot as snap
+from ddtree_deploy.build.build import (
+    apply_checked,
+    build as build_tree,
+    check as check_series,
+    resolve_inputs,
+)
+from ddtree_deploy.cli.console import err, out_json, out_line, print_error
+from ddtree_deploy.errors import UsageError
+from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
+from ddtree_deploy.pin.pin import load_pin
+from ddtree_deploy.patches.series import load_series
 
 SeriesOpt = typer.Option(None, "--series", help="Series directory (default: patches/sglang-<pinned version>).")
 PinOpt = typer.Option(None, "--pin", help="Pin file (default: snapshot/sglang-<version>.toml).")

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import paramiko
 from fabric import Config, Connection
 
-from ..errors import (
+from ddtree_deploy.errors import (
     BrokenBackupError,
     ConnectionLostError,
     DDTreeDeployError,
@@ -43,7 +43,7 @@ from ..errors import (
     SmokeFailedError,
     UsageError,
 )
-from .inventory import HostConfig
+from ddtree_deploy.remote.inventory import HostConfig
 
 _AGENT_SRC = (Path(__file__).with_name("agent.py")).read_bytes()
 BOOTSTRAP = (

@@ -18,9 +18,9 @@ from typing import Any, Callable
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..console import err, print_error
-from ..errors import DDTreeDeployError, EXIT_INTERRUPTED, PartialFailureError
-from .inventory import HostConfig
+from ddtree_deploy.cli.console import err, print_error
+from ddtree_deploy.errors import DDTreeDeployError, EXIT_INTERRUPTED, PartialFailureError
+from ddtree_deploy.remote.inventory import HostConfig
 
 
 @dataclass
@@ -171,7 +171,7 @@ def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: boo
            extra: dict[str, Any] | None = None, ok_code: int = 0) -> int:
     """Print the table (stderr) and the JSON (stdout); return the exit code (``ok_code`` when no
     host failed: ``status --strict`` uses it for hosts that answered but need attention)."""
-    from ..console import out_json
+    from ddtree_deploy.cli.console import out_json
 
     _print_table(title, results, quiet)
     failed = [r for r in results if not r.ok]

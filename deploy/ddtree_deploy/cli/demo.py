@@ -19,18 +19,20 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
-from ..console import err
-from .testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
+from ddtree_deploy.cli.console import err
+from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
 
 def _deps_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "orjson", "pydantic"))
 
 
-def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: bool = True) -> int:
-    from ..cli import main
-    from .. import snapshot
+def run_demo(main: Callable[[list[str]], int], *, keep: bool = False, build_dir: Path | None = None,
+             full_smoke: bool = True) -> int:
+    """Run the demo, driving the CLI through ``main`` (the CLI's entry point, injected by the caller)."""
+    from ddtree_deploy.pin import snapshot
 
     why = sshd_available()
     if why:
@@ -43,7 +45,7 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
         snap = snapshot.ensure_snapshot()
         if build_dir is None:  # the repo's series, or the demo fails (no stand-in build)
             build_dir = tmp / "build"
-            from ..build import build
+            from ddtree_deploy.build.build import build
 
             build(build_dir)
             err.print(f"built the repo's series into {build_dir}")
