@@ -19,7 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ddtree_deploy.cli.console import err, print_error
-from ddtree_deploy.errors import DDTreeDeployError, EXIT_INTERRUPTED, PartialFailureError
+from ddtree_deploy.errors import EXIT_INTERRUPTED, DDTreeDeployError, ExitCode, PartialFailureError
 from ddtree_deploy.remote.inventory import HostConfig
 
 
@@ -42,15 +42,22 @@ class HostResult:
         return asdict(self)
 
 
+# A failed host's status word, by the exit code its error maps to.
+_ERROR_STATUS = {
+    ExitCode.HOST_REFUSED: "refused", ExitCode.LOCK_HELD: "locked", ExitCode.ROLLED_BACK: "rolled-back",
+    ExitCode.NEEDS_HUMAN: "NEEDS-HUMAN", ExitCode.SMOKE_FAILED: "smoke-failed", ExitCode.UNREACHABLE: "unreachable",
+    ExitCode.INTERRUPTED: "interrupted", ExitCode.USAGE: "usage-error",
+}
+
+
 def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
     if isinstance(exc, DDTreeDeployError):
-        status = {6: "refused", 7: "locked", 8: "rolled-back", 9: "NEEDS-HUMAN", 12: "smoke-failed",
-                  13: "unreachable", 130: "interrupted", 2: "usage-error"}.get(exc.exit_code, "failed")
+        status = _ERROR_STATUS.get(exc.exit_code, "failed")
         return HostResult(host, False, status, exc.exit_code, exc.message, exc.hint,
                           deploy_id=exc.details.get("deploy_id"), seconds=time.monotonic() - t0,
                           files_sent=int(exc.details.get("files_sent") or 0),
                           bytes_sent=int(exc.details.get("bytes_sent") or 0),
-                          error=type(exc).__name__, data={k: v for k, v in exc.details.items() if k != "host"})
+                          error=exc.kind, data={k: v for k, v in exc.details.items() if k != "host"})
     return HostResult(host, False, "failed", 1, f"{host}: unexpected {type(exc).__name__}: {exc}", None,
                       seconds=time.monotonic() - t0, error=type(exc).__name__,
                       data={"traceback": traceback.format_exc()[-3000:]})

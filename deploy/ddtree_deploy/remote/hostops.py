@@ -20,11 +20,10 @@ from ddtree_deploy.errors import DriftError, HostRefusedError, LockHeldError, Us
 from ddtree_deploy.hashing import sha256_bytes
 from ddtree_deploy.remote.connection import HostConnection
 from ddtree_deploy.remote.inventory import HostConfig
+from ddtree_deploy.remote.protocol import APPLIED, INTERRUPTED  # noqa: F401  (INTERRUPTED: re-exported)
 
 MIN_PYTHON = (3, 10)
 FREE_MARGIN = 16 << 20  # keep this much free on the host beyond what the deploy needs
-APPLIED = ("deployed",)
-INTERRUPTED = ("backing-up", "staging", "writing", "written", "restoring")
 
 
 # --- the build we push -----------------------------------------------------------------------------
