@@ -145,6 +145,7 @@ def rollback(
                                help="Also restore files edited on the host after the deploy (a copy of each is kept "
                                     "in the state dir first)."),
     accept_new_host_key: bool = AcceptOpt,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before rolling several hosts back to pristine."),
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
@@ -158,9 +159,23 @@ def rollback(
     from ddtree_deploy.remote.push import rollback_pipeline
 
     hs = _hosts(inventory, hosts, all_)
+    if to == "pristine" and len(hs) > 1 and not dry_run and not yes:
+        _confirm_pristine([h.name for h in hs])
     results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
                         title="dry run: rollback" if dry_run else "rollback", quiet=quiet)
     _exit(finish("rollback", results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
+
+
+def _confirm_pristine(names: List[str]) -> None:
+    """Several hosts back to pristine undoes every deploy on each: ask on a terminal, else demand --yes."""
+    import sys
+
+    what = f"roll {len(names)} hosts ({', '.join(names)}) back to pristine, undoing every deploy on each"
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to {what} without confirmation (stdin is not a terminal)",
+                         hint="add --yes (or check first with --dry-run)")
+    if not typer.confirm(f"{what}?", default=False, err=True):
+        raise UsageError("rollback cancelled; nothing was changed", hint="add --yes to skip the question")
 
 
 def status(
@@ -235,7 +250,7 @@ def history(
     _exit(finish("history", results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("status")
+@lock_app.command("status", epilog='Example: ddtree-deploy lock status gpu1')
 def lock_status(
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
@@ -254,7 +269,7 @@ def lock_status(
     _exit(finish("lock", results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("release")
+@lock_app.command("release", epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
 def lock_release(
     hosts: List[str] = typer.Argument(..., help="Host names."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show whose lock would be released; write nothing."),
@@ -294,10 +309,10 @@ _run_cli: Callable[[list[str]], int] = lambda argv: 2  # noqa: E731  (replaced b
 def register(app: typer.Typer, run_cli: Callable[[list[str]], int]) -> None:
     global _run_cli
     _run_cli = run_cli
-    app.command("push")(push)
-    app.command("smoke")(smoke)
-    app.command("rollback")(rollback)
-    app.command("status")(status)
-    app.command("history")(history)
+    app.command("push", epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
+    app.command("smoke", epilog='Example: ddtree-deploy smoke gpu1')(smoke)
+    app.command("rollback", epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
+    app.command("status", epilog='Example: ddtree-deploy status --all --strict')(status)
+    app.command("history", epilog='Example: ddtree-deploy history gpu1')(history)
     app.add_typer(lock_app, name="lock")
-    app.command("demo")(demo)
+    app.command("demo", epilog='Example: ddtree-deploy demo --light-smoke')(demo)
