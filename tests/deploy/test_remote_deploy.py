@@ -11,9 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-
 from deploy_fixtures import (  # noqa: F401 (fixtures)
-    MARKER, SPEC_INFO, builds, cli, cli_subprocess, fleet, light_site, make_build, needs_sshd, start_fleet, tree_hashes,
+    MARKER,
+    SPEC_INFO,
+    builds,
+    cli,
+    cli_subprocess,
+    fleet,
+    light_site,
+    make_build,
+    needs_sshd,
+    start_fleet,
+    tree_hashes,
     wheel,
 )
 

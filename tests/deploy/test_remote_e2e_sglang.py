@@ -14,7 +14,6 @@ import shutil
 import sysconfig
 
 import pytest
-
 from deploy_fixtures import MARKER, cli, make_build, needs_sshd, start_fleet, tree_hashes, wheel  # noqa: F401
 
 pytestmark = [*needs_sshd, pytest.mark.sglang_deps]

@@ -16,7 +16,7 @@ from ddtree_deploy.cli import app
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _leaves(cmd: click.Command, path: tuple[str, ...] = ()):
+def _leaves(cmd: typer.core.TyperCommand, path: tuple[str, ...] = ()):
     if hasattr(cmd, "commands"):  # a group (typer may vendor its own click: no isinstance)
         for name, sub in cmd.commands.items():
             yield from _leaves(sub, path + (name,))

@@ -13,13 +13,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ddtree_deploy.patches.engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
+from ddtree_deploy.build.manifest import FileEntry, Manifest, PatchEntry
 from ddtree_deploy.errors import CompileError, DDTreeDeployError, HashMismatchError, PinError, UsageError
 from ddtree_deploy.hashing import sha256_bytes
-from ddtree_deploy.build.manifest import FileEntry, Manifest, PatchEntry
+from ddtree_deploy.patches.engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
+from ddtree_deploy.patches.series import Series, load_series
 from ddtree_deploy.paths import default_pin_path, default_series_dir
 from ddtree_deploy.pin.pin import ABSENT, Pin, load_pin
-from ddtree_deploy.patches.series import Series, load_series
 
 
 @dataclass

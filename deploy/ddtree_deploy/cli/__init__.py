@@ -15,6 +15,7 @@ except ImportError:  # pragma: no cover
     from click import ClickException  # type: ignore[no-redef]
 
 from ddtree_deploy import __version__
+from ddtree_deploy.cli import bench_cmds, deploy_cmds, patch_cmds  # each registers its commands on app
 from ddtree_deploy.cli.console import err, out_json, print_error
 from ddtree_deploy.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
 
@@ -48,10 +49,6 @@ def _root(
 ) -> None:
     state["verbose"] = verbose
 
-
-from ddtree_deploy.cli import patch_cmds  # noqa: E402
-from ddtree_deploy.cli import deploy_cmds  # noqa: E402
-from ddtree_deploy.cli import bench_cmds  # noqa: E402
 
 patch_cmds.register(app)
 deploy_cmds.register(app, lambda argv: main(argv))

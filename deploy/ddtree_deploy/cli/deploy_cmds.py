@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, List, Optional
-from contextlib import contextmanager
 
 import typer
 from rich.table import Table
@@ -88,9 +88,8 @@ def push(
     Any failure after the first write restores the host from its backup and verifies it (exit 8).
     """
     from ddtree_deploy.remote.fleet import finish, run_fleet
-    from ddtree_deploy.remote.push import PushOptions, push_pipeline
-
     from ddtree_deploy.remote.hostops import test_hooks
+    from ddtree_deploy.remote.push import PushOptions, push_pipeline
 
     test_hooks()  # refuses a hook that does not exist (only delays do) before anything runs
     hs = _hosts(inventory, hosts, all_)

@@ -7,19 +7,23 @@ from typing import Optional
 
 import typer
 
-from ddtree_deploy.patches import authoring
-from ddtree_deploy.pin import snapshot as snap
 from ddtree_deploy.build.build import (
     apply_checked,
-    build as build_tree,
-    check as check_series,
     resolve_inputs,
+)
+from ddtree_deploy.build.build import (
+    build as build_tree,
+)
+from ddtree_deploy.build.build import (
+    check as check_series,
 )
 from ddtree_deploy.cli.console import err, out_json, out_line, print_error
 from ddtree_deploy.errors import UsageError
-from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
-from ddtree_deploy.pin.pin import load_pin
+from ddtree_deploy.patches import authoring
 from ddtree_deploy.patches.series import load_series
+from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
+from ddtree_deploy.pin import snapshot as snap
+from ddtree_deploy.pin.pin import load_pin
 
 SeriesOpt = typer.Option(None, "--series", help="Series directory (default: patches/sglang-<pinned version>).")
 PinOpt = typer.Option(None, "--pin", help="Pin file (default: snapshot/sglang-<version>.toml).")

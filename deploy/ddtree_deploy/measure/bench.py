@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ddtree_deploy.measure.datasets import ChatRenderer, Instance, load_prompts
 from ddtree_deploy.errors import RemoteError, UsageError
+from ddtree_deploy.measure.datasets import ChatRenderer, Instance, load_prompts
 from ddtree_deploy.measure.records import (
     METHOD_BASELINE,
     METHOD_DFLASH,

@@ -32,8 +32,8 @@ from ddtree_deploy.errors import (
     BrokenBackupError,
     ConnectionLostError,
     DDTreeDeployError,
-    ExitCode,
     DriftError,
+    ExitCode,
     HostEditedError,
     HostKeyError,
     HostRefusedError,
@@ -46,6 +46,7 @@ from ddtree_deploy.errors import (
 )
 from ddtree_deploy.remote import protocol
 from ddtree_deploy.remote.inventory import HostConfig
+
 
 def agent_source() -> bytes:
     """What the host runs: the protocol module's source, then the agent's (one namespace there)."""
