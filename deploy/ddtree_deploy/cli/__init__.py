@@ -44,7 +44,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More detail on stderr (-vv: more)."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More detail on stderr (the traceback of an unexpected error)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     state["verbose"] = verbose

@@ -105,35 +105,11 @@ class BenchConfig:
 
 
 def _read_inventory_raw(path: str | None) -> dict[str, Any]:
-    """The hosts table of the inventory, via the shared loader when it exists.
+    """The hosts table of the inventory (``--inventory``, ``$DDTREE_DEPLOY_INVENTORY``, ``deploy/hosts.toml``)."""
+    from ddtree_deploy.remote.inventory import load_inventory
 
-    Falls back to reading the TOML here (same file resolution: ``--inventory``,
-    ``$DDTREE_DEPLOY_INVENTORY``, ``deploy/hosts.toml``) so the bench works standalone.
-    """
-    try:
-        from ddtree_deploy.remote.inventory import load_inventory  # type: ignore
-    except ImportError:
-        load_inventory = None
-    if load_inventory is not None:
-        inv = load_inventory(path) if path else load_inventory()
-        return {name: dict(h.raw) for name, h in inv.hosts.items()}
-    from ddtree_deploy.paths import repo_root
-
-    p = Path(path or os.environ.get("DDTREE_DEPLOY_INVENTORY") or repo_root() / "deploy" / "hosts.toml").expanduser()
-    if not p.exists():
-        raise UsageError(f"inventory {p} does not exist", hint="pass --inventory PATH or a literal URL as HOST")
-    try:
-        import tomllib  # type: ignore
-    except ImportError:  # pragma: no cover - python < 3.11
-        import tomli as tomllib  # type: ignore
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except Exception as exc:
-        raise UsageError(f"inventory {p}: not valid TOML: {exc}") from None
-    hosts = data.get("hosts") or {}
-    if not isinstance(hosts, dict):
-        raise UsageError(f"inventory {p}: [hosts] must be a table")
-    return hosts
+    inv = load_inventory(path) if path else load_inventory()
+    return {name: dict(h.raw) for name, h in inv.hosts.items()}
 
 
 def resolve_target(host: str, inventory: str | None = None) -> BenchTarget:

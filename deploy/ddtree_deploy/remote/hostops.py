@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ddtree_deploy.build.manifest import Manifest
 from ddtree_deploy.errors import DriftError, HostRefusedError, LockHeldError, UsageError
 from ddtree_deploy.hashing import sha256_bytes
 from ddtree_deploy.remote.connection import HostConnection
@@ -73,12 +74,7 @@ def load_build(build_dir: str | os.PathLike[str]) -> BuildSet:
         raw = json.loads(mpath.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise UsageError(f"{mpath}: not valid JSON: {exc}") from None
-    try:  # the lead's loader validates the format when it is there
-        from ddtree_deploy.build.manifest import Manifest  # type: ignore
-
-        Manifest.load(mpath)
-    except ImportError:
-        pass
+    Manifest.load(mpath)  # validates the format
     if raw.get("format") != 1:
         raise UsageError(f"{mpath}: unsupported manifest format {raw.get('format')!r}")
     files = []
