@@ -9,12 +9,13 @@ PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv sshd snapshot demo test check build bench bench-gpu-bundle h200-bundle mutation clean
+.PHONY: help venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle mutation clean
 
 help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
 	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
 	@echo "make check   ddtree-deploy check on the repo's series"
+	@echo "make lint    ruff (pyflakes, pycodestyle, import order) on the deploy package and its tests"
 	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
 	@echo "make mutation  mutation testing of the patch engine + the agent's restore path (slow, bounded)"
 
@@ -46,7 +47,12 @@ demo: venv sshd snapshot
 	$(DD) demo
 
 # The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
-test: venv sshd snapshot
+# ruff's rules live in pyproject.toml ([tool.ruff]); `make test` runs it first.
+LINT_PATHS := deploy/ddtree_deploy tests/foundation tests/deploy tests/testkit.py tests/conftest.py
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+
+test: venv sshd snapshot lint
 	@start=$$(date +%s); $(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
 	  echo "make test: pytest wall time $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 

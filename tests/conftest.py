@@ -21,7 +21,7 @@ def repo() -> Path:
 @pytest.fixture(scope="session")
 def snapshot_root() -> Path:
     """The cached, verified pinned snapshot (dir containing ``sglang/``)."""
-    from ddtree_deploy import snapshot
+    from ddtree_deploy.pin import snapshot
 
     return snapshot.ensure_snapshot()
 

@@ -79,7 +79,7 @@ def load_ddtree_utils(src: Optional[str]):
         spec.loader.exec_module(mod)
         return mod, str(path)
     try:
-        from ddtree_deploy.overlay import import_patched  # the repo's series
+        from ddtree_deploy.build.overlay import import_patched  # the repo's series
 
         mod = import_patched("sglang.srt.speculative.ddtree_utils")
         return mod, mod.__file__

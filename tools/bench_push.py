@@ -4,7 +4,7 @@
     .venv/bin/python tools/bench_push.py [--hosts 1,2,4,8] [--repeat 3] [--build DIR] [--out out/bench_push.md]
 
 One run: builds the repo's series (or takes --build), starts max(--hosts) throwaway sshd hosts
-(ddtree_deploy.remote.testing_sshd), each with the pinned wheel's srt/speculative files and every file
+(ddtree_deploy.testing_sshd), each with the pinned wheel's srt/speculative files and every file
 the build touches, then for each N pushes to N hosts in parallel (fresh,
 pristine hosts every repeat; the median is reported), re-pushes (must send 0 file bytes), and times
 `scp` of the same files to 1 and to max(N) hosts (OpenSSH's default SFTP mode, and `scp -O`, the
@@ -37,7 +37,7 @@ from ddtree_deploy.remote.fleet import run_fleet  # noqa: E402
 from ddtree_deploy.remote.hostops import load_build  # noqa: E402
 from ddtree_deploy.remote.inventory import load_inventory  # noqa: E402
 from ddtree_deploy.remote.push import PushOptions, push_pipeline  # noqa: E402
-from ddtree_deploy.remote.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory  # noqa: E402
+from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory  # noqa: E402
 
 PREFIX = "sglang/srt/speculative/"
 DFLASH_LIKE = ["spec_info.py", "dflash_worker_v2.py", "dflash_info.py", "dflash_info_v2.py", "spec_utils.py"]
@@ -47,7 +47,7 @@ def wheel() -> Path:
     env = os.environ.get("DDTREE_DEPLOY_TEST_WHEEL")
     if env:
         return Path(env)
-    from ddtree_deploy import snapshot
+    from ddtree_deploy.pin import snapshot
 
     return snapshot.wheel_path()
 
@@ -104,7 +104,7 @@ def main() -> int:
         touched = set()
         if args.build is None:  # the repo's series, if it builds; else a DFlash-like synthetic build
             try:
-                from ddtree_deploy.build import build
+                from ddtree_deploy.build.build import build
 
                 build(tmp / "series-build")
                 args.build = tmp / "series-build"

@@ -18,8 +18,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 UNO_TREE = "sglang/kernels/ops/speculative/uno_tree.py"  # SGLang's own tree builder, for bench_builder
 
-from ddtree_deploy.overlay import build_overlay  # noqa: E402
-from ddtree_deploy.snapshot import ensure_snapshot  # noqa: E402
+from ddtree_deploy.build.overlay import build_overlay  # noqa: E402
+from ddtree_deploy.pin.snapshot import ensure_snapshot  # noqa: E402
 from sglang_kernels import SPEC_TREE  # noqa: E402
 
 

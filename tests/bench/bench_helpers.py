@@ -36,7 +36,7 @@ def free_port() -> int:
 def core_env(tmp_root: Path) -> dict[str, str]:
     """Env so that subprocesses import ddtree_deploy / ddtree_offline and the DDTree core.
 
-    The core comes from the repository's patch series through ``ddtree_deploy.overlay`` when that
+    The core comes from the repository's patch series through ``ddtree_deploy.build.overlay`` when that
     works here; otherwise the series' new file is extracted with ``git apply`` and handed over via
     ``DDTREE_UTILS_PATH`` (the engine's documented route for machines that only carry the files).
     """

@@ -33,7 +33,7 @@ def tokenizer_dir(tmp_path_factory):
 
 
 def test_chat_rendering_multi_turn_and_decoded_divergence(bench_env, tokenizer_dir, tmp_path):
-    from ddtree_deploy.datasets import ChatRenderer
+    from ddtree_deploy.measure.datasets import ChatRenderer
 
     r = ChatRenderer(str(tokenizer_dir))
     ids = r.encode([{"role": "user", "content": "what is two plus two ?"}])

@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddtree_deploy import bench, compare
-from ddtree_deploy.datasets import REFERENCE_DATASETS, load_jsonl_prompts, load_prompts
+from ddtree_deploy.measure import bench, compare
+from ddtree_deploy.measure.datasets import REFERENCE_DATASETS, load_jsonl_prompts, load_prompts
 from ddtree_deploy.errors import CompareFailedError, UsageError
-from ddtree_deploy.records import RunRecord, method_budget, read_jsonl, record_from_json, write_jsonl
+from ddtree_deploy.measure.records import RunRecord, method_budget, read_jsonl, record_from_json, write_jsonl
 
 ids = st.lists(st.integers(0, 50), max_size=40)
 
@@ -250,7 +250,7 @@ def test_reference_dataset_names_never_download(monkeypatch, tmp_path):
 
 
 def test_generate_payloads(monkeypatch, tmp_path):
-    from ddtree_deploy.datasets import Instance
+    from ddtree_deploy.measure.datasets import Instance
 
     sent = []
 

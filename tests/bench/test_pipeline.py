@@ -82,7 +82,7 @@ def test_bench_writes_contract_jsonl(sweep):
 
 
 def test_plot_is_a_png_of_the_expected_size(sweep):
-    from ddtree_deploy.plotting import PIXELS
+    from ddtree_deploy.measure.plotting import PIXELS
 
     _, out = sweep
     data = (out / "sweep.png").read_bytes()
@@ -106,13 +106,17 @@ def test_compare_passes_on_identical_runs(sweep, bench_env):
     runs = out / "runs.jsonl"
     proc = run_cli(bench_env, "compare", str(runs), str(runs), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    assert set(doc) == {"ok", "exit_code", "error", "message", "report"} and doc["error"] is None  # one shape
+    report = doc["report"]
     assert report["ok"] and len(report["groups"]) == 4
     assert all(g["exact_match_rate"] == 1.0 and g["tpot_ratio"] == pytest.approx(1.0) for g in report["groups"])
     # One sweep file against itself, every method vs its target-only run: the same-stack lossless check.
     proc = run_cli(bench_env, "compare", str(runs), str(runs), "--against", "baseline", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    assert set(doc) == {"ok", "exit_code", "error", "message", "report"} and doc["error"] is None  # one shape
+    report = doc["report"]
     assert {g["ref_method"] for g in report["groups"]} == {"baseline"} and len(report["groups"]) == 4
     assert all(g["exact_match_rate"] == 1.0 for g in report["groups"])
     tb16 = next(g for g in report["groups"] if g["method"] == "ddtree_tb16")
@@ -145,7 +149,9 @@ torch.save({{"responses": responses, "block_size": 8, "draft_attn_implementation
     assert gen.returncode == 0, gen.stderr[-3000:]
     proc = run_cli(bench_env, "compare", str(pt), str(out / "runs.jsonl"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    report = json.loads(proc.stdout)
+    doc = json.loads(proc.stdout)
+    assert set(doc) == {"ok", "exit_code", "error", "message", "report"} and doc["error"] is None  # one shape
+    report = doc["report"]
     groups = {g["method"]: g for g in report["groups"]}
     assert set(groups) == {"baseline", "dflash", "ddtree_tb4", "ddtree_tb16"}
     for m, g in groups.items():
@@ -178,6 +184,7 @@ def test_compare_catches_planted_divergence(sweep, bench_env, prompts_file, tmp_
     js = run_cli(bench_env, "compare", str(out / "runs.jsonl"), str(runs), "--json")
     assert js.returncode == 11
     doc = json.loads(js.stdout)
+    assert set(doc) == {"ok", "exit_code", "error", "message", "report"}  # the success's shape
     assert doc["ok"] is False and doc["exit_code"] == 11 and doc["error"] == "CompareFailedError"
     (g,) = doc["report"]["groups"]
     assert (g["dataset"], g["method"], g["exact_match"], g["diverged"]) == ("toy", "ddtree_tb16", 2, 1)

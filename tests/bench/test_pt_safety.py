@@ -12,7 +12,7 @@ import torch
 
 from bench_helpers import run_cli
 from ddtree_deploy.errors import UsageError
-from ddtree_deploy.records import load_pt, load_records
+from ddtree_deploy.measure.records import load_pt, load_records
 
 
 class Evil:

@@ -1,6 +1,6 @@
 """Fixtures for the DDTree core tests.
 
-Everything under test is loaded THROUGH THE PATCH SERIES (``ddtree_deploy.overlay``): the
+Everything under test is loaded THROUGH THE PATCH SERIES (``ddtree_deploy.build.overlay``): the
 modules are the files that ``patches/sglang-0.5.23`` creates, never a copy in the repo.
 The shared helpers here are deliberately naive, independent re-implementations (Python loops
 over host lists) used as references.
@@ -21,7 +21,7 @@ DDTREE_MODULE = "sglang.srt.speculative.ddtree_utils"
 @pytest.fixture(scope="session")
 def du():
     """The patched ``sglang.srt.speculative.ddtree_utils``, imported from the series' build."""
-    from ddtree_deploy.overlay import import_patched
+    from ddtree_deploy.build.overlay import import_patched
 
     return import_patched(DDTREE_MODULE)
 
@@ -29,7 +29,7 @@ def du():
 @pytest.fixture(scope="session")
 def overlay_dir():
     """The series' build output: a dir holding a bare ``sglang/`` tree (for ``PYTHONPATH``)."""
-    from ddtree_deploy.overlay import build_overlay
+    from ddtree_deploy.build.overlay import build_overlay
 
     return build_overlay()
 

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ddtree_deploy.remote.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
+from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
 SUBSET_PREFIX = "sglang/srt/speculative/"
 SPEC_INFO = "sglang/srt/speculative/spec_info.py"
@@ -38,7 +38,7 @@ def _wheel() -> Path:
     env = os.environ.get("DDTREE_DEPLOY_TEST_WHEEL")
     if env:
         return Path(env)
-    from ddtree_deploy import snapshot
+    from ddtree_deploy.pin import snapshot
 
     return snapshot.wheel_path()
 

@@ -11,9 +11,18 @@ import time
 from pathlib import Path
 
 import pytest
-
 from deploy_fixtures import (  # noqa: F401 (fixtures)
-    MARKER, SPEC_INFO, builds, cli, cli_subprocess, fleet, light_site, make_build, needs_sshd, start_fleet, tree_hashes,
+    MARKER,
+    SPEC_INFO,
+    builds,
+    cli,
+    cli_subprocess,
+    fleet,
+    light_site,
+    make_build,
+    needs_sshd,
+    start_fleet,
+    tree_hashes,
     wheel,
 )
 
@@ -516,7 +525,7 @@ def test_connection_killed_mid_upload_leaves_host_pristine(fleet, builds, cli):
     before = tree_hashes(h.site)
     p = _start_push(fleet, builds["big"], hooks={"throttle": 0.02})
     try:
-        assert wait_for(lambda: len(__import__("ddtree_deploy.remote.testing_sshd", fromlist=["x"]).descendants(h.proc.pid)) >= 2, 20)
+        assert wait_for(lambda: len(__import__("ddtree_deploy.testing_sshd", fromlist=["x"]).descendants(h.proc.pid)) >= 2, 20)
         time.sleep(1.0)  # well into the (throttled) 3 MB upload
         h.stop()  # the sshd and all its sessions die
         out, err = p.communicate(timeout=60)

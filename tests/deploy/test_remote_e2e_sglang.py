@@ -14,7 +14,6 @@ import shutil
 import sysconfig
 
 import pytest
-
 from deploy_fixtures import MARKER, cli, make_build, needs_sshd, start_fleet, tree_hashes, wheel  # noqa: F401
 
 pytestmark = [*needs_sshd, pytest.mark.sglang_deps]
@@ -31,7 +30,7 @@ def full_site(tmp_path_factory, wheel, snapshot_root):
         if importlib.util.find_spec(dep) is None:
             pytest.fail(f"SGLang's import dependency {dep} is not installed: pip install -e '.[sglang-deps]' "
                         "(make test does); the end-to-end test fails rather than skips")
-    from ddtree_deploy.remote.testing_sshd import unpack_wheel
+    from ddtree_deploy.testing_sshd import unpack_wheel
 
     d = tmp_path_factory.mktemp("full-site")
     shutil.copytree(snapshot_root / "sglang", d / "sglang", symlinks=True)
@@ -68,7 +67,7 @@ def test_push_smoke_rollback_with_real_sglang_imports(tmp_path, full_site, cli):
 
 def test_push_the_repo_series_build(tmp_path, full_site, cli):
     """The real series (whatever `ddtree-deploy build` makes now), default smoke = its patched modules."""
-    from ddtree_deploy.build import build
+    from ddtree_deploy.build.build import build
 
     build(tmp_path / "build")  # the repo's series must build: a failure here fails the test (never a skip)
     f = start_fleet(tmp_path / "hosts", 1, full_site, smoke=None, extra_site=[sysconfig.get_paths()["purelib"]])

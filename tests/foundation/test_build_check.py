@@ -8,16 +8,17 @@ import shutil
 import subprocess
 
 import pytest
-
 from testkit import git_diff, run_cli
-from ddtree_deploy import authoring, snapshot
-from ddtree_deploy.build import build, check, resolve_inputs
+
+from ddtree_deploy.build.build import build, check, resolve_inputs
+from ddtree_deploy.build.manifest import Manifest
 from ddtree_deploy.errors import FetchError, HashMismatchError, PatchApplyError
 from ddtree_deploy.hashing import sha256_bytes, sha256_file
-from ddtree_deploy.manifest import Manifest
+from ddtree_deploy.patches import authoring
+from ddtree_deploy.patches.series import load_series
 from ddtree_deploy.paths import default_pin_path
-from ddtree_deploy.pin import Pin, load_pin
-from ddtree_deploy.series import load_series
+from ddtree_deploy.pin import snapshot
+from ddtree_deploy.pin.pin import Pin, load_pin
 
 SPEC = "sglang/srt/speculative/spec_info.py"
 VERSION = "sglang/version.py"

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
-
 from testkit import git_diff
-from ddtree_deploy.engine import apply_series, compile_check
+
 from ddtree_deploy.errors import CompileError, PatchApplyError, PatchParseError, PatchRefusedError
-from ddtree_deploy.series import load_series, parse_patch_bytes, split_lines
+from ddtree_deploy.patches.engine import apply_series, compile_check
+from ddtree_deploy.patches.series import load_series, parse_patch_bytes, split_lines
 
 REL = "sglang/srt/x.py"
 

@@ -44,7 +44,7 @@ def test_standin_ops_match_torch_references():
 
 @pytest.fixture(scope="module")
 def site():
-    from ddtree_deploy.overlay import patched_site
+    from ddtree_deploy.build.overlay import patched_site
 
     return patched_site()
 

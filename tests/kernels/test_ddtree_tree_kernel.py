@@ -23,7 +23,7 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent(r"""
     import json, sys, torch
-    from ddtree_deploy.overlay import import_patched
+    from ddtree_deploy.build.overlay import import_patched
     du = import_patched("sglang.srt.speculative.ddtree_utils")
     assert du.tree_builder_backend("cpu") == "triton", "the kernel is not dispatched to"
     kmod = du._tree_kernel()

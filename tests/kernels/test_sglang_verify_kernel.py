@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(r"""
     import json, sys, torch
     sys.path.insert(0, sys.argv[1])
     from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify
-    from ddtree_deploy.overlay import import_patched
+    from ddtree_deploy.build.overlay import import_patched
     du = import_patched("sglang.srt.speculative.ddtree_utils")
     verify = load_verify_tree_greedy(sys.argv[2] + "/" + SPEC_TREE)
     g = torch.Generator().manual_seed(int(sys.argv[3]))

@@ -1,7 +1,7 @@
 """Fixtures for the offline reference engine tests (CPU only, tiny random-weight models).
 
 The engine imports the DDTree core through ``ddtree_offline.core.ddtree_utils()`` (the patch
-series via ``ddtree_deploy.overlay.import_patched``, or ``DDTREE_UTILS_PATH``). If neither works the
+series via ``ddtree_deploy.build.overlay.import_patched``, or ``DDTREE_UTILS_PATH``). If neither works the
 tests fail: they always run against the real core from the series.
 """
 

@@ -48,7 +48,7 @@ def re_site(tmp_path_factory) -> Path:
         pytest.fail("the real-engine suite needs SGLang's runtime dependencies; missing: "
                     + ", ".join(missing) + ". fix: make venv (pyproject extras test,ddtree,"
                     "sglang-deps,real-engine)", pytrace=False)
-    from ddtree_deploy import overlay
+    from ddtree_deploy.build import overlay
     from ddtree_deploy.errors import PinError
 
     try:

@@ -1,6 +1,6 @@
 """Fixtures for the SGLang integration tests (CPU, SGLang's real import dependencies).
 
-The patched tree comes from ``ddtree_deploy.overlay.patched_site()`` (the pinned snapshot with
+The patched tree comes from ``ddtree_deploy.build.overlay.patched_site()`` (the pinned snapshot with
 the repo's series applied by the project's own engine). While the pin does not yet record every
 file the series touches (`ddtree-deploy snapshot pin` not re-run), the repo series is refused by
 the pin-coverage check; the fixture then builds the same series from a copy of the series dir
@@ -40,7 +40,7 @@ def patched_site(tmp_path_factory) -> Path:
     missing = _sglang_deps_missing()
     if missing:
         pytest.skip(f"SGLang import dependencies missing ({missing}); see docs/sglang-integration.md")
-    from ddtree_deploy import overlay
+    from ddtree_deploy.build import overlay
     from ddtree_deploy.errors import PinError
 
     try:

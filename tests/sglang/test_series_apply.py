@@ -1,5 +1,5 @@
 """The series applies: `git apply --check` patch by patch on a pristine copy agrees with the
-project's own engine (`ddtree_deploy.build`), and every patched Python file compiles."""
+project's own engine (`ddtree_deploy.build.build`), and every patched Python file compiles."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ def test_series_lists_ddtree_integration_patches():
 
 
 def test_git_apply_agrees_with_build(tmp_path, snapshot_root):
-    from ddtree_deploy import build
-    from ddtree_deploy.series import load_series
+    from ddtree_deploy.build import build
+    from ddtree_deploy.patches.series import load_series
 
     series = load_series(SERIES)
     touched = sorted(series.touched_paths())

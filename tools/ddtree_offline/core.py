@@ -8,7 +8,7 @@ Resolution order of :func:`ddtree_utils`:
 1. ``DDTREE_UTILS_PATH`` (environment): a path to a ``ddtree_utils.py`` file, loaded directly by
    file path. Used on machines that only carry the files (e.g. a bare GPU box with only torch,
    transformers and matplotlib). When set, it wins: an explicit path is what the user asked for.
-2. ``ddtree_deploy.overlay.import_patched("sglang.srt.speculative.ddtree_utils")``: builds the
+2. ``ddtree_deploy.build.overlay.import_patched("sglang.srt.speculative.ddtree_utils")``: builds the
    repository's patch series into a cache and imports the module from there.
 
 If neither works, :class:`CoreUnavailable` is raised with both reasons.
@@ -73,10 +73,10 @@ def ddtree_utils() -> ModuleType:
     if path:
         return _check(_load_from_path(path), f"{ENV_VAR}={path}")
     try:
-        from ddtree_deploy.overlay import import_patched  # type: ignore
+        from ddtree_deploy.build.overlay import import_patched  # type: ignore
     except Exception as exc:  # ImportError, or the overlay's own import failing
         raise CoreUnavailable(
-            f"ddtree_deploy.overlay is not importable ({exc!r}) and {ENV_VAR} is not set; "
+            f"ddtree_deploy.build.overlay is not importable ({exc!r}) and {ENV_VAR} is not set; "
             f"set {ENV_VAR}=/path/to/sglang/srt/speculative/ddtree_utils.py"
         ) from exc
     try:
@@ -85,7 +85,7 @@ def ddtree_utils() -> ModuleType:
         raise CoreUnavailable(
             f"import_patched({MODULE_NAME!r}) failed ({exc!r}) and {ENV_VAR} is not set"
         ) from exc
-    return _check(mod, "ddtree_deploy.overlay.import_patched")
+    return _check(mod, "ddtree_deploy.build.overlay.import_patched")
 
 
 def describe() -> str:

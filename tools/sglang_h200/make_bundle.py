@@ -3,7 +3,7 @@
 Writes ``--out`` (default ``.work/h200-bundle``, git-ignored), under 64 MiB in all:
 
 * ``sglang.tar.xz``: the complete pinned ``sglang/`` package from the verified snapshot with the
-  repo's series applied (``ddtree_deploy.overlay.patched_site``), minus ``multimodal_gen`` (diffusion
+  repo's series applied (``ddtree_deploy.build.overlay.patched_site``), minus ``multimodal_gen`` (diffusion
   serving, never imported by the LLM engine) and bytecode. SGLang's own files: carried, never committed.
 * ``wheels/``: the dependency wheels the H200 image lacks (``wheels.txt``), downloaded for cp312
   manylinux x86_64 with ``pip download --no-deps`` (cached in ``.work/h200-wheels``).
@@ -54,7 +54,7 @@ def _filter(info: tarfile.TarInfo):
 
 def make(out: Path, wheel_cache: Path) -> Path:
     sys.path.insert(0, str(REPO / "deploy"))
-    from ddtree_deploy.overlay import patched_site
+    from ddtree_deploy.build.overlay import patched_site
 
     site = patched_site()
     out.mkdir(parents=True, exist_ok=True)

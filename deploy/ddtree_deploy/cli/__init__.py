@@ -14,9 +14,10 @@ try:  # typer >= 0.16 vendors its own click
 except ImportError:  # pragma: no cover
     from click import ClickException  # type: ignore[no-redef]
 
-from .. import __version__
-from ..console import err, out_json, print_error
-from ..errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
+from ddtree_deploy import __version__
+from ddtree_deploy.cli import bench_cmds, deploy_cmds, patch_cmds  # each registers its commands on app
+from ddtree_deploy.cli.console import err, out_json, print_error
+from ddtree_deploy.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
 
 app = typer.Typer(
     name="ddtree-deploy",
@@ -43,18 +44,14 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More detail on stderr (-vv: more)."),
+    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More detail on stderr (the traceback of an unexpected error)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     state["verbose"] = verbose
 
 
-from . import patch_cmds  # noqa: E402
-from . import deploy_cmds  # noqa: E402
-from . import bench_cmds  # noqa: E402
-
 patch_cmds.register(app)
-deploy_cmds.register(app)
+deploy_cmds.register(app, lambda argv: main(argv))
 bench_cmds.register(app)
 
 

@@ -8,8 +8,8 @@ from typing import List, Optional
 
 import typer
 
-from ..console import err, out_json, out_line
-from ..errors import UsageError
+from ddtree_deploy.cli.console import err, out_json, out_line
+from ddtree_deploy.errors import UsageError
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
 
@@ -31,7 +31,7 @@ def bench(
         [], "--dataset", "-d",
         help="Repeatable. A local .jsonl file ([NAME=]PATH) or a reference dataset in the local HF cache: gsm8k, math500, humaneval, mbpp, mt-bench, alpaca."),
     concurrency: int = typer.Option(1, "--concurrency", "-c", help="Requests in flight (1 = the paper's batch-1 setting)."),
-    num_prompts: Optional[int] = typer.Option(16, "--num-prompts", "-n", help="Prompts per dataset (reference: 128)."),
+    num_prompts: Optional[int] = typer.Option(16, "--num-prompts", help="Prompts per dataset (reference: 128)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", help="Per request (reference: 2048)."),
     temperature: float = typer.Option(0.0, "--temperature", help="0 = greedy (lossless: outputs must equal the baseline)."),
     seed: Optional[int] = typer.Option(
@@ -53,7 +53,7 @@ def bench(
     json_: bool = JsonOpt,
 ) -> None:
     """Sweep DDTree budgets on a host: JSONL run records, a table (stderr) and a PNG plot."""
-    from ..bench import BenchConfig, resolve_target, run_bench
+    from ddtree_deploy.measure.bench import BenchConfig, resolve_target, run_bench
 
     target = resolve_target(host, inventory)
     for item in base_url:
@@ -106,8 +106,8 @@ def compare(
     json_: bool = JsonOpt,
 ) -> None:
     """Exact-match, first divergence, tau and TPOT of RUN vs BASELINE; exit 11 if thresholds fail."""
-    from ..compare import Thresholds, check, compare_records, local_decoder, render
-    from ..records import load_records
+    from ddtree_deploy.measure.compare import Thresholds, check, compare_records, local_decoder, render
+    from ddtree_deploy.measure.records import load_records
 
     if min_exact_match is not None and min_exact_match < 0:
         min_exact_match = None
@@ -121,11 +121,11 @@ def compare(
     report["baseline"] = str(baseline)
     report["run"] = str(run)
     render(report, err)
-    if json_ and report["ok"]:
-        out_json(report)
-    check(report)  # raises CompareFailedError (exit 11); the CLI prints the report as JSON with --json
+    if json_ and report["ok"]:  # the same keys as the failure's JSON (cli.main prints that one)
+        out_json({"ok": True, "exit_code": 0, "error": None, "message": "thresholds pass", "report": report})
+    check(report)  # raises CompareFailedError (exit 11): {"ok": false, "exit_code", "error", "message", "report"}
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench")(bench)
-    app.command("compare")(compare)
+    app.command("bench", epilog='Example: ddtree-deploy bench gpu1 --dataset gsm8k --num-prompts 16 --budgets 16,64 --out out/bench')(bench)
+    app.command("compare", epilog='Example: ddtree-deploy compare baseline.jsonl out/bench/runs.jsonl --json')(compare)

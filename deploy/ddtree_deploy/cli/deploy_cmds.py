@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from pathlib import Path
-from typing import Iterator, List, Optional
 from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, List, Optional
 
 import typer
 from rich.table import Table
 
-from ..console import err, out_line
-from ..errors import UsageError
+from ddtree_deploy.cli.console import err, out_line
+from ddtree_deploy.errors import UsageError
 
 HostsArg = typer.Argument(None, help="Host names from the inventory.", show_default=False)
 AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
@@ -29,7 +29,7 @@ lock_app = typer.Typer(help="The deploy lock on a host: `status` shows the holde
 
 
 def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
-    from ..remote.inventory import load_inventory
+    from ddtree_deploy.remote.inventory import load_inventory
 
     return load_inventory(inventory).select(list(names or []), all_)
 
@@ -37,7 +37,7 @@ def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
 @contextmanager
 def _build_set(build_dir: Optional[Path]) -> Iterator[object]:
     """The build to push: ``--build DIR``, else a fresh build of the repo's series in a temp dir."""
-    from ..remote.hostops import load_build
+    from ddtree_deploy.remote.hostops import load_build
 
     if build_dir is not None:
         yield load_build(build_dir)
@@ -48,9 +48,9 @@ def _build_set(build_dir: Optional[Path]) -> Iterator[object]:
 
 @contextmanager
 def _fresh_build() -> Iterator[object]:
-    from ..build import build
-    from ..paths import cache_dir
-    from ..remote.hostops import load_build
+    from ddtree_deploy.build.build import build
+    from ddtree_deploy.paths import cache_dir
+    from ddtree_deploy.remote.hostops import load_build
 
     base = cache_dir() / "push-builds"
     base.mkdir(parents=True, exist_ok=True)
@@ -87,10 +87,9 @@ def push(
 
     Any failure after the first write restores the host from its backup and verifies it (exit 8).
     """
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.push import PushOptions, push_pipeline
-
-    from ..remote.hostops import test_hooks
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.hostops import test_hooks
+    from ddtree_deploy.remote.push import PushOptions, push_pipeline
 
     test_hooks()  # refuses a hook that does not exist (only delays do) before anything runs
     hs = _hosts(inventory, hosts, all_)
@@ -124,9 +123,9 @@ def smoke(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Re-run py_compile + the smoke import on what is deployed (changes nothing; exit 12 if it fails)."""
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.hostops import load_build
-    from ..remote.push import smoke_pipeline
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.hostops import load_build
+    from ddtree_deploy.remote.push import smoke_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     bs = load_build(build_dir) if build_dir else None
@@ -145,6 +144,7 @@ def rollback(
                                help="Also restore files edited on the host after the deploy (a copy of each is kept "
                                     "in the state dir first)."),
     accept_new_host_key: bool = AcceptOpt,
+    yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before rolling several hosts back to pristine."),
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
@@ -154,13 +154,27 @@ def rollback(
     Every backup and every current file is checked before the first write: a broken backup (exit 9) or
     a file edited on the host since the deploy (exit 6, unless --force) refuses with the host untouched.
     """
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.push import rollback_pipeline
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.push import rollback_pipeline
 
     hs = _hosts(inventory, hosts, all_)
+    if to == "pristine" and len(hs) > 1 and not dry_run and not yes:
+        _confirm_pristine([h.name for h in hs])
     results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
                         title="dry run: rollback" if dry_run else "rollback", quiet=quiet)
     _exit(finish("rollback", results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
+
+
+def _confirm_pristine(names: List[str]) -> None:
+    """Several hosts back to pristine undoes every deploy on each: ask on a terminal, else demand --yes."""
+    import sys
+
+    what = f"roll {len(names)} hosts ({', '.join(names)}) back to pristine, undoing every deploy on each"
+    if not sys.stdin.isatty():
+        raise UsageError(f"refusing to {what} without confirmation (stdin is not a terminal)",
+                         hint="add --yes (or check first with --dry-run)")
+    if not typer.confirm(f"{what}?", default=False, err=True):
+        raise UsageError("rollback cancelled; nothing was changed", hint="add --yes to skip the question")
 
 
 def status(
@@ -177,10 +191,10 @@ def status(
 
     Exit 0 when every host answered; with --strict, exit 14 when any host needs attention.
     """
-    from ..errors import AttentionError
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.hostops import load_build
-    from ..remote.push import status_pipeline
+    from ddtree_deploy.errors import AttentionError
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.hostops import load_build
+    from ddtree_deploy.remote.push import status_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     bs = load_build(build_dir) if build_dir else None
@@ -221,8 +235,8 @@ def history(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """The host's audit log: one line per deploy, rollback and lock release."""
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.push import history_pipeline
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.push import history_pipeline
 
     hs = _hosts(inventory, [host], False)
     results = run_fleet(hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
@@ -235,7 +249,7 @@ def history(
     _exit(finish("history", results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("status")
+@lock_app.command("status", epilog='Example: ddtree-deploy lock status gpu1')
 def lock_status(
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
@@ -243,8 +257,8 @@ def lock_status(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Who holds the deploy lock on each host (who/when/why/deploy id, and whether it is alive)."""
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.push import lock_pipeline
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.push import lock_pipeline
 
     results = run_fleet(_hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
     if not json_:
@@ -254,7 +268,7 @@ def lock_status(
     _exit(finish("lock", results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("release")
+@lock_app.command("release", epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
 def lock_release(
     hosts: List[str] = typer.Argument(..., help="Host names."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show whose lock would be released; write nothing."),
@@ -262,8 +276,8 @@ def lock_release(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Free a deploy lock left behind (recorded in the audit log). Check `status` first."""
-    from ..remote.fleet import finish, run_fleet
-    from ..remote.push import lock_pipeline
+    from ddtree_deploy.remote.fleet import finish, run_fleet
+    from ddtree_deploy.remote.push import lock_pipeline
 
     results = run_fleet(_hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
                         title="lock release", quiet=True)
@@ -281,16 +295,23 @@ def demo(
                                     help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile."),
 ) -> None:
     """Start a throwaway loopback sshd host with the pinned SGLang, then push -> status -> smoke -> rollback."""
-    from ..remote.demo import run_demo
+    from ddtree_deploy.cli.demo import run_demo
 
-    _exit(run_demo(keep=keep, build_dir=build_dir, full_smoke=full_smoke))
+    _exit(run_demo(_run_cli, keep=keep, build_dir=build_dir, full_smoke=full_smoke))
 
 
-def register(app: typer.Typer) -> None:
-    app.command("push")(push)
-    app.command("smoke")(smoke)
-    app.command("rollback")(rollback)
-    app.command("status")(status)
-    app.command("history")(history)
+# The CLI entry point, handed in by ``cli/__init__`` at registration: the demo drives the real CLI
+# without importing ``ddtree_deploy.cli`` (which would be an import cycle).
+_run_cli: Callable[[list[str]], int] = lambda argv: 2  # noqa: E731  (replaced by register)
+
+
+def register(app: typer.Typer, run_cli: Callable[[list[str]], int]) -> None:
+    global _run_cli
+    _run_cli = run_cli
+    app.command("push", epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
+    app.command("smoke", epilog='Example: ddtree-deploy smoke gpu1')(smoke)
+    app.command("rollback", epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
+    app.command("status", epilog='Example: ddtree-deploy status --all --strict')(status)
+    app.command("history", epilog='Example: ddtree-deploy history gpu1')(history)
     app.add_typer(lock_app, name="lock")
-    app.command("demo")(demo)
+    app.command("demo", epilog='Example: ddtree-deploy demo --light-smoke')(demo)

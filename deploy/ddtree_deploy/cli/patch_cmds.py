@@ -6,15 +6,24 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.table import Table
 
-from .. import authoring, snapshot as snap
-from ..build import apply_checked, build as build_tree, check as check_series, resolve_inputs
-from ..console import err, out_json, out_line, print_error
-from ..errors import UsageError
-from ..paths import cache_dir, default_pin_path, default_series_dir
-from ..pin import load_pin
-from ..series import load_series
+from ddtree_deploy.build.build import (
+    apply_checked,
+    resolve_inputs,
+)
+from ddtree_deploy.build.build import (
+    build as build_tree,
+)
+from ddtree_deploy.build.build import (
+    check as check_series,
+)
+from ddtree_deploy.cli.console import err, out_json, out_line, print_error
+from ddtree_deploy.errors import UsageError
+from ddtree_deploy.patches import authoring
+from ddtree_deploy.patches.series import load_series
+from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
+from ddtree_deploy.pin import snapshot as snap
+from ddtree_deploy.pin.pin import load_pin
 
 SeriesOpt = typer.Option(None, "--series", help="Series directory (default: patches/sglang-<pinned version>).")
 PinOpt = typer.Option(None, "--pin", help="Pin file (default: snapshot/sglang-<version>.toml).")
@@ -65,7 +74,7 @@ def _pin_arg(pin: Optional[Path]):
     return load_pin(_existing_file(pin, "--pin")) if pin else True
 
 
-@snapshot_app.command("fetch")
+@snapshot_app.command("fetch", epilog='Example: ddtree-deploy snapshot fetch')
 def snapshot_fetch(
     wheel: Optional[Path] = typer.Option(None, "--wheel", help="Use this local wheel file instead of downloading."),
     python_version: Optional[str] = typer.Option(
@@ -86,7 +95,7 @@ def snapshot_fetch(
         out_line(str(s.root))
 
 
-@snapshot_app.command("verify")
+@snapshot_app.command("verify", epilog='Example: ddtree-deploy snapshot verify --json')
 def snapshot_verify(pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
     """Re-hash the cached snapshot's pinned files against the pin."""
     p = _pin(pin)
@@ -97,13 +106,13 @@ def snapshot_verify(pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None
         out_json({"ok": True, "root": str(s.root), "verified": verified})
 
 
-@snapshot_app.command("path")
+@snapshot_app.command("path", epilog='Example: ls "$(ddtree-deploy snapshot path)/sglang"')
 def snapshot_path(pin: Optional[Path] = PinOpt) -> None:
     """Print the cached snapshot's directory (the one that contains sglang/)."""
     out_line(str(snap.find_snapshot(_pin(pin)).root))
 
 
-@snapshot_app.command("pin")
+@snapshot_app.command("pin", epilog='Example: ddtree-deploy snapshot pin --dry-run')
 def snapshot_pin(
     series: Optional[Path] = SeriesOpt,
     pin: Optional[Path] = PinOpt,
@@ -174,7 +183,7 @@ def build_cmd(
     err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
 
 
-@patches_app.command("edit")
+@patches_app.command("edit", epilog='Example: ddtree-deploy patches edit --work .work/series')
 def patches_edit(
     work: Path = typer.Option(None, "--work", help="Work tree to create (default: .work/sglang in the repo)."),
     series: Optional[Path] = SeriesOpt,
@@ -191,7 +200,7 @@ def patches_edit(
               "`ddtree-deploy patches refresh`")
 
 
-@patches_app.command("refresh")
+@patches_app.command("refresh", epilog='Example: ddtree-deploy patches refresh --work .work/series')
 def patches_refresh(
     work: Path = typer.Option(None, "--work", help="Work tree made by `patches edit` (default: .work/sglang)."),
     series: Optional[Path] = SeriesOpt,
@@ -227,7 +236,7 @@ def patches_refresh(
                   "series_rewritten": res.series_rewritten, "dry_run": dry_run})
 
 
-@patches_app.command("list")
+@patches_app.command("list", epilog='Example: ddtree-deploy patches list | cut -f3 | sort -u')
 def patches_list(series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
     """List the series: each patch, its sha256 and the files it touches."""
     ser = load_series(_series_dir(series) or default_series_dir())
@@ -236,17 +245,14 @@ def patches_list(series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> N
             {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
             for p in ser.patches]})
         return
-    t = Table(title=f"{ser.series_id}")
-    t.add_column("#")
-    t.add_column("patch")
-    t.add_column("files")
-    for i, p in enumerate(ser.patches, 1):
-        t.add_row(str(i), p.name, "\n".join(f"{f.action[0].upper()} {f.path}" for f in p.files))
-    err.print(t)
+    err.print(f"{ser.series_id}: {len(ser.patches)} patch(es); one line per patch and file: PATCH ACTION PATH")
+    for p in ser.patches:  # data on stdout, tab-separated (grep/cut friendly)
+        for f in p.files:
+            out_line(f"{p.name}\t{f.action}\t{f.path}")
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("check")(check_cmd)
-    app.command("build")(build_cmd)
+    app.command("check", epilog='Example: ddtree-deploy check --json')(check_cmd)
+    app.command("build", epilog='Example: ddtree-deploy build --out build/sglang-0.5.23')(build_cmd)
     app.add_typer(patches_app, name="patches")

@@ -4,7 +4,7 @@ It is never imported on the host: the client sends this file's text over the SSH
 and runs it with ``PYTHON -c BOOTSTRAP`` (see ``hostops.BOOTSTRAP``), so nothing is installed on
 the host and every remote path travels inside a JSON request, never through a shell.
 
-Protocol (stdin): ``<len>\\n<agent source>`` (read by the bootstrap), then any number of requests,
+Protocol (``protocol.py``, whose source is sent ahead of this file): stdin ``<len>\\n<source>`` (read by the bootstrap), then any number of requests,
 each ``<len>\\n<request JSON>`` followed by its payload (the concatenated file contents named by an
 ``apply`` request). Output (stdout), per request: zero or more ``DDTREE-EVENT {json}`` lines, then
 exactly one ``DDTREE-RESULT {json}``. One SSH exec (one remote shell + one Python start) serves a
@@ -29,7 +29,8 @@ import sys
 import tempfile
 import time
 
-AGENT_FORMAT = 1
+if __name__ != "__ddtree_agent__":  # imported on the client (tests): the protocol from its module
+    from ddtree_deploy.remote.protocol import *  # noqa: F403  (on the host its source comes first)
 _OUT = sys.stdout
 _stdout_ok = [True]
 
@@ -38,7 +39,7 @@ def emit(kind, obj):
     if not _stdout_ok[0]:
         return
     try:
-        _OUT.write("DDTREE-%s %s\n" % (kind, json.dumps(obj, sort_keys=True)))
+        _OUT.write("%s %s\n" % (EVENT_PREFIX if kind == "EVENT" else RESULT_PREFIX, json.dumps(obj, sort_keys=True)))
         _OUT.flush()
     except (OSError, ValueError):
         _stdout_ok[0] = False  # the client went away: keep going, the record has the outcome
@@ -110,7 +111,7 @@ def find_site(req):
     sys.path[:] = [p for p in sys.path if p not in ("", ".")]
     spec = importlib.util.find_spec(req.get("package", "sglang"))
     if spec is None or not spec.submodule_search_locations:
-        raise Fail("HostRefusedError", "%s is not importable by %s" % (req.get("package", "sglang"), sys.executable))
+        raise Fail(ErrorKind.HOST_REFUSED, "%s is not importable by %s" % (req.get("package", "sglang"), sys.executable))
     return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
@@ -120,7 +121,7 @@ def state_dir(req):
 
 def safe_join(site, rel):
     if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in rel.split("/")):
-        raise Fail("UsageError", "refused path %r" % rel)
+        raise Fail(ErrorKind.USAGE, "refused path %r" % rel)
     return os.path.join(site, *rel.split("/"))
 
 
@@ -206,7 +207,7 @@ def acquire_lock(sd, req, op):
                        "result": "broke stale lock", "holder": holder})
             os.mkdir(lock, 0o700)
         else:
-            raise Fail("LockHeldError", "deploy lock held by %s since %s (%s %s, deploy %s)%s" % (
+            raise Fail(ErrorKind.LOCK_HELD, "deploy lock held by %s since %s (%s %s, deploy %s)%s" % (
                 holder.get("who"), holder.get("when"), holder.get("op"), holder.get("why") or "",
                 holder.get("deploy_id"), "" if holder.get("alive") is not False else "; its process is gone"),
                 holder=holder)
@@ -272,7 +273,7 @@ def write_json_atomic(path, obj):
 
 def record_dir(sd, deploy_id):
     if not deploy_id or "/" in deploy_id or deploy_id.startswith("."):
-        raise Fail("UsageError", "bad deploy id %r" % deploy_id)
+        raise Fail(ErrorKind.USAGE, "bad deploy id %r" % deploy_id)
     return os.path.join(sd, "deploys", deploy_id)
 
 
@@ -288,13 +289,9 @@ def load_records(sd):
             with open(os.path.join(base, name, "record.json")) as fh:
                 out.append(json.load(fh))
         except (OSError, ValueError):
-            out.append({"deploy_id": name, "status": "unreadable"})
+            out.append({"deploy_id": name, "status": UNREADABLE})
     out.sort(key=lambda r: (r.get("seq", 0), r.get("deploy_id", "")))
     return out
-
-
-APPLIED = ("deployed",)
-INTERRUPTED = ("backing-up", "staging", "writing", "written", "restoring")
 
 
 def save_record(rec):
@@ -354,7 +351,7 @@ def write_verified(path, data, sha, mode):
     os.chmod(path, mode)
     got = sha256_file(path)
     if got != sha:
-        raise Fail("RemoteError", "%s: wrote sha256 %s, expected %s" % (path, got, sha))
+        raise Fail(ErrorKind.REMOTE, "%s: wrote sha256 %s, expected %s" % (path, got, sha))
 
 
 def drop_pycache(target):
@@ -389,7 +386,7 @@ def restore_record(rec, site):
             elif file_sha(target) != f["before_sha256"]:
                 backup = os.path.join(rec["_dir"], "backup", *f["path"].split("/"))
                 if file_sha(backup) != f["before_sha256"]:
-                    raise Fail("RollbackFailedError", "backup of %s is missing or corrupt" % f["path"])
+                    raise Fail(ErrorKind.ROLLBACK_FAILED, "backup of %s is missing or corrupt" % f["path"])
                 with open(backup, "rb") as fh:
                     data = fh.read()
                 write_verified(tmp, data, f["before_sha256"], int(f["before_mode"], 8))
@@ -508,7 +505,7 @@ def require_import_from_site(site, package):
     if not chk["ok"]:
         where = ("does not import %s at all" % package if not chk["found"] else
                  "imports %s from %s" % (package, ", ".join(chk["found"])))
-        raise Fail("HostRefusedError", "%s %s, not from site_packages %s: a smoke test or deploy there would "
+        raise Fail(ErrorKind.HOST_REFUSED, "%s %s, not from site_packages %s: a smoke test or deploy there would "
                    "check the wrong copy" % (sys.executable, where, site),
                    hint="make `site_packages` in the inventory the directory this `python` imports %s from "
                         "(or drop it to ask the interpreter), or point `python` at the right interpreter" % package,
@@ -605,13 +602,13 @@ def read_payload(stdin, req):
         while got < n:
             c = stdin.read(min(n - got, 1 << 20))
             if not c:
-                raise Fail("RemoteError", "upload incomplete: got %d of %d bytes of %s (connection lost?)" % (
+                raise Fail(ErrorKind.REMOTE, "upload incomplete: got %d of %d bytes of %s (connection lost?)" % (
                     got, n, f["path"]), interrupted=True)
             chunks.append(c)
             got += len(c)
         data = b"".join(chunks)
         if hashlib.sha256(data).hexdigest() != f["sha256"]:
-            raise Fail("RemoteError", "upload of %s arrived corrupted (sha256 mismatch)" % f["path"])
+            raise Fail(ErrorKind.REMOTE, "upload of %s arrived corrupted (sha256 mismatch)" % f["path"])
         blobs[f["path"]] = data
     return blobs
 
@@ -647,10 +644,10 @@ def op_apply(req, stdin):
         for f in req["files"]:
             got = file_sha(safe_join(site, f["path"]))
             if got not in f["allowed_current"]:
-                raise Fail("DriftError", "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
+                raise Fail(ErrorKind.DRIFT, "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
         rdir = record_dir(sd, deploy_id)
         seq = max([r.get("seq", 0) for r in load_records(sd)] + [0]) + 1
-        draft = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": "backing-up", "who": req.get("who"),
+        draft = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": BACKING_UP, "who": req.get("who"),
                  "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
                  "version": req.get("version"), "site_packages": site, "started": now(),
                  "files": [], "created_dirs": [], "_dir": rdir}
@@ -666,7 +663,7 @@ def op_apply(req, stdin):
             save_record(draft)
         except OSError as exc:
             shutil.rmtree(rdir, ignore_errors=True)
-            raise Fail("HostRefusedError", "cannot write the deploy record in the state dir %s (%s); nothing was "
+            raise Fail(ErrorKind.HOST_REFUSED, "cannot write the deploy record in the state dir %s (%s); nothing was "
                        "written to site-packages" % (sd, exc), hint="free some space in the state dir on the host")
         rec = draft
         event("backup")
@@ -677,11 +674,11 @@ def op_apply(req, stdin):
             os.makedirs(os.path.dirname(dst), exist_ok=True)
             shutil.copy2(safe_join(site, f["path"]), dst)
             if sha256_file(dst) != f["before_sha256"]:
-                raise Fail("RemoteError", "backup of %s does not verify" % f["path"])
+                raise Fail(ErrorKind.REMOTE, "backup of %s does not verify" % f["path"])
             fd = os.open(dst, os.O_RDONLY)
             os.fsync(fd)
             os.close(fd)
-        rec["status"] = "staging"
+        rec["status"] = STAGING
         save_record(rec)
         event("staging")
         for f in req["files"]:
@@ -701,7 +698,7 @@ def op_apply(req, stdin):
                 save_record(rec)
             write_verified(tmp_name(target, deploy_id), blobs[f["path"]], f["sha256"], int(f["mode"], 8))
         hook(req, "before_commit")
-        rec["status"] = "writing"
+        rec["status"] = WRITING
         save_record(rec)
         event("commit")
         for f in req["files"]:
@@ -713,18 +710,18 @@ def op_apply(req, stdin):
             fsync_dir(os.path.dirname(target))
             drop_pycache(target)
             hook(req, "between_renames")
-        rec["status"] = "written"
+        rec["status"] = WRITTEN
         save_record(rec)
         for f in req["files"]:
             got = file_sha(safe_join(site, f["path"]))
             if got != f.get("sha256"):
-                raise Fail("RemoteError", "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
+                raise Fail(ErrorKind.REMOTE, "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
         checks = run_checks(site, req["smoke"]["compile"], req["smoke"]["modules"], req["smoke"]["timeout"],
                             req["smoke"].get("run", ()))
         rec["checks"] = checks
         if not checks["ok"]:
-            raise Fail("SmokeFailedError", "%s failed on the host" % checks["failed_step"], checks=checks)
-        rec["status"] = "deployed"
+            raise Fail(ErrorKind.SMOKE_FAILED, "%s failed on the host" % checks["failed_step"], checks=checks)
+        rec["status"] = DEPLOYED
         rec["finished"] = now()
         release_reserve(reserve)
         reserve = None
@@ -733,7 +730,7 @@ def op_apply(req, stdin):
         out = {k: v for k, v in rec.items() if k != "_dir"}
         return out
     except BaseException as exc:
-        fail = exc if isinstance(exc, Fail) else Fail("RemoteError", "%s: %s" % (type(exc).__name__, exc))
+        fail = exc if isinstance(exc, Fail) else Fail(ErrorKind.REMOTE, "%s: %s" % (type(exc).__name__, exc))
         if rec is None:
             try:
                 audit(sd, dict(base, result="refused: " + fail.message))
@@ -746,7 +743,7 @@ def op_apply(req, stdin):
         if changed:
             event("restore")
             prev = rec["status"]
-            rec["status"] = "restoring"
+            rec["status"] = RESTORING
             rec["failure"] = fail.message
             try:
                 save_record(rec)
@@ -758,12 +755,12 @@ def op_apply(req, stdin):
         rec["failure"] = fail.message
         rec["finished"] = now()
         if problems:
-            rec["status"] = "needs-human"
+            rec["status"] = NEEDS_HUMAN
             rec["restore_problems"] = problems
-            kind, msg = "RollbackFailedError", "%s; restoring the host FAILED: %s" % (fail.message, "; ".join(problems))
+            kind, msg = ErrorKind.ROLLBACK_FAILED, "%s; restoring the host FAILED: %s" % (fail.message, "; ".join(problems))
         else:
-            rec["status"] = "rolled-back" if prev in ("writing", "written") else "aborted"
-            kind = "RolledBackError"
+            rec["status"] = ROLLED_BACK if prev in ("writing", "written") else "aborted"
+            kind = ErrorKind.ROLLED_BACK
             msg = "%s; the host was restored to its previous state (verified)" % fail.message
         try:
             save_record(rec)
@@ -837,7 +834,7 @@ def keep_edited(sd, rollback_id, edited, site):
         os.makedirs(os.path.dirname(dst), mode=0o700, exist_ok=True)
         shutil.copy2(src, dst)
         if sha256_file(dst) != e["found_sha256"]:
-            raise Fail("RollbackFailedError", "the kept copy of %s does not verify" % e["path"])
+            raise Fail(ErrorKind.ROLLBACK_FAILED, "the kept copy of %s does not verify" % e["path"])
         fd = os.open(dst, os.O_RDONLY)
         os.fsync(fd)
         os.close(fd)
@@ -859,7 +856,7 @@ def _describe_broken(broken):
 
 
 def select_rollback(recs, target_id, expect):
-    live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED + ("needs-human",)]
+    live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED + (NEEDS_HUMAN,)]
     if target_id in (None, ""):
         todo = live[-1:]
     elif target_id == "pristine":
@@ -867,14 +864,14 @@ def select_rollback(recs, target_id, expect):
     else:
         ids = [r["deploy_id"] for r in recs]
         if target_id not in ids:
-            raise Fail("UsageError", "no deploy %s on this host (known: %s)" % (target_id, ", ".join(ids) or "none"))
+            raise Fail(ErrorKind.USAGE, "no deploy %s on this host (known: %s)" % (target_id, ", ".join(ids) or "none"))
         known = [r for r in recs if r["deploy_id"] == target_id][0]
         if known.get("status") not in APPLIED:
-            raise Fail("UsageError", "deploy %s is %s, not deployed: cannot roll back to it" % (
+            raise Fail(ErrorKind.USAGE, "deploy %s is %s, not deployed: cannot roll back to it" % (
                 target_id, known.get("status")))
         todo = list(reversed([r for r in live if r.get("seq", 0) > known.get("seq", 0)]))
     if expect and (not todo or todo[0]["deploy_id"] != expect):
-        raise Fail("UsageError", "the latest deploy on the host is %s, not %s: not rolling back" % (
+        raise Fail(ErrorKind.USAGE, "the latest deploy on the host is %s, not %s: not rolling back" % (
             todo[0]["deploy_id"] if todo else "none", expect))
     return todo
 
@@ -906,14 +903,14 @@ def op_rollback(req, stdin):
         if broken:
             msg = "refused before any write, the host is untouched: " + _describe_broken(broken)
             audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="refused: " + msg))
-            raise Fail("BrokenBackupError", msg, broken_backups=broken, edited=edited)
+            raise Fail(ErrorKind.BROKEN_BACKUP, msg, broken_backups=broken, edited=edited)
         kept = []
         if edited:
             if not req.get("force"):
                 msg = ("refused before any write, the host is untouched: %d file(s) were edited on the host after "
                        "the deploy: %s" % (len(edited), _describe_edited(edited)))
                 audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="refused: " + msg))
-                raise Fail("HostEditedError", msg, edited=edited,
+                raise Fail(ErrorKind.HOST_EDITED, msg, edited=edited,
                            hint="keep the edits first, or rerun with --force (a copy of each edited file is kept "
                                 "in the state dir under edited/)")
             kept = keep_edited(sd, req.get("deploy_id") or "rollback", edited, site)
@@ -925,13 +922,13 @@ def op_rollback(req, stdin):
             prev = r.get("status")
             problems = restore_record(r, site)
             if problems:
-                r["status"] = "needs-human"
+                r["status"] = NEEDS_HUMAN
                 r["restore_problems"] = problems
                 save_record(r)
                 audit(sd, dict(base, undo=r["deploy_id"], result="FAILED: " + "; ".join(problems)))
-                raise Fail("RollbackFailedError", "rolling back %s failed: %s" % (r["deploy_id"], "; ".join(problems)),
+                raise Fail(ErrorKind.ROLLBACK_FAILED, "rolling back %s failed: %s" % (r["deploy_id"], "; ".join(problems)),
                            undone=undone, kept=kept)
-            r["status"] = "undone" if prev in APPLIED else "rolled-back"
+            r["status"] = UNDONE if prev in APPLIED else ROLLED_BACK
             r["undone_by"] = req.get("deploy_id")
             r["undone_at"] = now()
             save_record(r)
@@ -1015,12 +1012,12 @@ def main():
             if exc.details.get("interrupted"):
                 return
         except OSError as exc:
-            kind = "HostRefusedError" if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else "RemoteError"
+            kind = ErrorKind.HOST_REFUSED if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else ErrorKind.REMOTE
             emit("RESULT", {"ok": False, "error": kind, "message": "%s: %s" % (type(exc).__name__, exc)})
         except Exception as exc:  # a bug in the agent
             import traceback
 
-            emit("RESULT", {"ok": False, "error": "RemoteError", "message": "agent error: %s: %s" % (type(exc).__name__, exc),
+            emit("RESULT", {"ok": False, "error": ErrorKind.REMOTE, "message": "agent error: %s: %s" % (type(exc).__name__, exc),
                             "details": {"traceback": traceback.format_exc()[-3000:]}})
         if not _stdout_ok[0]:
             return

@@ -28,11 +28,12 @@ from typing import Any, Callable
 import paramiko
 from fabric import Config, Connection
 
-from ..errors import (
+from ddtree_deploy.errors import (
     BrokenBackupError,
     ConnectionLostError,
     DDTreeDeployError,
     DriftError,
+    ExitCode,
     HostEditedError,
     HostKeyError,
     HostRefusedError,
@@ -43,9 +44,19 @@ from ..errors import (
     SmokeFailedError,
     UsageError,
 )
-from .inventory import HostConfig
+from ddtree_deploy.remote import protocol
+from ddtree_deploy.remote.inventory import HostConfig
 
-_AGENT_SRC = (Path(__file__).with_name("agent.py")).read_bytes()
+
+def agent_source() -> bytes:
+    """What the host runs: the protocol module's source, then the agent's (one namespace there)."""
+    here = Path(__file__).parent
+    return (here / "protocol.py").read_bytes() + b"\n\n" + (here / "agent.py").read_bytes()
+
+
+_AGENT_SRC = agent_source()
+_EVENT = protocol.EVENT_PREFIX.encode() + b" "
+_RESULT = protocol.RESULT_PREFIX.encode() + b" "
 BOOTSTRAP = (
     "import sys;b=sys.stdin.buffer;n=int(b.readline());"
     "exec(compile(b.read(n),'ddtree-deploy-agent','exec'),{'__name__':'__ddtree_agent__'})"
@@ -55,8 +66,9 @@ _known_hosts_lock = threading.Lock()
 
 class Interrupted(DDTreeDeployError):
     """The user pressed Ctrl-C (the CLI maps it to 130)."""
+    kind = protocol.ErrorKind.INTERRUPTED
 
-    exit_code = 130
+    exit_code = ExitCode.INTERRUPTED
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -268,13 +280,13 @@ class HostConnection:
                 i = out.index(b"\n")
                 line = bytes(out[:i])
                 del out[: i + 1]
-                if line.startswith(b"DDTREE-EVENT ") and on_event:
+                if line.startswith(_EVENT) and on_event:
                     try:
-                        on_event(json.loads(line[13:]))
+                        on_event(json.loads(line[len(_EVENT):]))
                     except ValueError:
                         pass
-                elif line.startswith(b"DDTREE-RESULT "):
-                    result = json.loads(line[14:])
+                elif line.startswith(_RESULT):
+                    result = json.loads(line[len(_RESULT):])
 
         def check_cancel() -> None:
             if cancel is not None and cancel.is_set():
@@ -335,17 +347,12 @@ class HostConnection:
         raise agent_error(h.name, result)
 
 
+# The agent's error ids (protocol.ErrorKind) -> the client's exception classes; an id the client
+# does not know (a newer agent) becomes a RemoteError.
 _KINDS: dict[str, type[DDTreeDeployError]] = {
-    "HostRefusedError": HostRefusedError,
-    "DriftError": DriftError,
-    "LockHeldError": LockHeldError,
-    "RolledBackError": RolledBackError,
-    "RollbackFailedError": RollbackFailedError,
-    "BrokenBackupError": BrokenBackupError,
-    "HostEditedError": HostEditedError,
-    "SmokeFailedError": SmokeFailedError,
-    "UsageError": UsageError,
-    "RemoteError": RemoteError,
+    cls.kind: cls
+    for cls in (HostRefusedError, DriftError, LockHeldError, RolledBackError, RollbackFailedError,
+                BrokenBackupError, HostEditedError, SmokeFailedError, UsageError, RemoteError)
 }
 
 

@@ -18,9 +18,9 @@ from typing import Any, Callable
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..console import err, print_error
-from ..errors import DDTreeDeployError, EXIT_INTERRUPTED, PartialFailureError
-from .inventory import HostConfig
+from ddtree_deploy.cli.console import err, print_error
+from ddtree_deploy.errors import EXIT_INTERRUPTED, DDTreeDeployError, ExitCode, PartialFailureError
+from ddtree_deploy.remote.inventory import HostConfig
 
 
 @dataclass
@@ -42,15 +42,22 @@ class HostResult:
         return asdict(self)
 
 
+# A failed host's status word, by the exit code its error maps to.
+_ERROR_STATUS = {
+    ExitCode.HOST_REFUSED: "refused", ExitCode.LOCK_HELD: "locked", ExitCode.ROLLED_BACK: "rolled-back",
+    ExitCode.NEEDS_HUMAN: "NEEDS-HUMAN", ExitCode.SMOKE_FAILED: "smoke-failed", ExitCode.UNREACHABLE: "unreachable",
+    ExitCode.INTERRUPTED: "interrupted", ExitCode.USAGE: "usage-error",
+}
+
+
 def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
     if isinstance(exc, DDTreeDeployError):
-        status = {6: "refused", 7: "locked", 8: "rolled-back", 9: "NEEDS-HUMAN", 12: "smoke-failed",
-                  13: "unreachable", 130: "interrupted", 2: "usage-error"}.get(exc.exit_code, "failed")
+        status = _ERROR_STATUS.get(exc.exit_code, "failed")
         return HostResult(host, False, status, exc.exit_code, exc.message, exc.hint,
                           deploy_id=exc.details.get("deploy_id"), seconds=time.monotonic() - t0,
                           files_sent=int(exc.details.get("files_sent") or 0),
                           bytes_sent=int(exc.details.get("bytes_sent") or 0),
-                          error=type(exc).__name__, data={k: v for k, v in exc.details.items() if k != "host"})
+                          error=exc.kind, data={k: v for k, v in exc.details.items() if k != "host"})
     return HostResult(host, False, "failed", 1, f"{host}: unexpected {type(exc).__name__}: {exc}", None,
                       seconds=time.monotonic() - t0, error=type(exc).__name__,
                       data={"traceback": traceback.format_exc()[-3000:]})
@@ -171,7 +178,7 @@ def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: boo
            extra: dict[str, Any] | None = None, ok_code: int = 0) -> int:
     """Print the table (stderr) and the JSON (stdout); return the exit code (``ok_code`` when no
     host failed: ``status --strict`` uses it for hosts that answered but need attention)."""
-    from ..console import out_json
+    from ddtree_deploy.cli.console import out_json
 
     _print_table(title, results, quiet)
     failed = [r for r in results if not r.ok]

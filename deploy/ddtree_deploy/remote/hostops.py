@@ -16,15 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ..errors import DriftError, HostRefusedError, LockHeldError, UsageError
-from ..hashing import sha256_bytes
-from .connection import HostConnection
-from .inventory import HostConfig
+from ddtree_deploy.build.manifest import Manifest
+from ddtree_deploy.errors import DriftError, HostRefusedError, LockHeldError, UsageError
+from ddtree_deploy.hashing import sha256_bytes
+from ddtree_deploy.remote.connection import HostConnection
+from ddtree_deploy.remote.inventory import HostConfig
+from ddtree_deploy.remote.protocol import APPLIED, INTERRUPTED  # noqa: F401  (INTERRUPTED: re-exported)
 
 MIN_PYTHON = (3, 10)
 FREE_MARGIN = 16 << 20  # keep this much free on the host beyond what the deploy needs
-APPLIED = ("deployed",)
-INTERRUPTED = ("backing-up", "staging", "writing", "written", "restoring")
 
 
 # --- the build we push -----------------------------------------------------------------------------
@@ -74,12 +74,7 @@ def load_build(build_dir: str | os.PathLike[str]) -> BuildSet:
         raw = json.loads(mpath.read_text(encoding="utf-8"))
     except ValueError as exc:
         raise UsageError(f"{mpath}: not valid JSON: {exc}") from None
-    try:  # the lead's loader validates the format when it is there
-        from ..manifest import Manifest  # type: ignore
-
-        Manifest.load(mpath)
-    except ImportError:
-        pass
+    Manifest.load(mpath)  # validates the format
     if raw.get("format") != 1:
         raise UsageError(f"{mpath}: unsupported manifest format {raw.get('format')!r}")
     files = []

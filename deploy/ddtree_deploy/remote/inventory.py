@@ -13,8 +13,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from ..errors import InventoryError
-from ..paths import repo_root
+from ddtree_deploy.errors import InventoryError
+from ddtree_deploy.paths import repo_root
 
 ENV_VAR = "DDTREE_DEPLOY_INVENTORY"
 DEFAULT_STATE_DIR = "~/.local/state/ddtree-deploy"

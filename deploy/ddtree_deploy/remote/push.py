@@ -8,12 +8,12 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import DDTreeDeployError, RemoteError, RolledBackError, SmokeFailedError, UsageError
-from . import hostops
-from .connection import HostConnection, Interrupted
-from .fleet import UI, HostResult
-from .hostops import BuildSet
-from .inventory import HostConfig
+from ddtree_deploy.errors import DDTreeDeployError, RemoteError, RolledBackError, SmokeFailedError, UsageError
+from ddtree_deploy.remote import hostops
+from ddtree_deploy.remote.connection import HostConnection, Interrupted
+from ddtree_deploy.remote.fleet import UI, HostResult
+from ddtree_deploy.remote.hostops import BuildSet
+from ddtree_deploy.remote.inventory import HostConfig
 
 PHASES = {"receiving": 35, "backup": 45, "staging": 55, "commit": 65, "compile": 75, "smoke": 85, "restore": 90}
 

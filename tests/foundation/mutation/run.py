@@ -27,9 +27,9 @@ HERE = Path(__file__).resolve().parent
 SCOPES = {
     "engine": {
         "functions": {
-            "deploy/ddtree_deploy/engine.py": ["apply_file_patch", "apply_series", "tree_reader", "compile_check",
+            "deploy/ddtree_deploy/patches/engine.py": ["apply_file_patch", "apply_series", "tree_reader", "compile_check",
                                                 "_first_breaking_patch"],
-            "deploy/ddtree_deploy/build.py": ["check_pin_coverage", "verify_base_against_pin", "apply_checked"],
+            "deploy/ddtree_deploy/build/build.py": ["check_pin_coverage", "verify_base_against_pin", "apply_checked"],
         },
         "tests": ["tests/foundation/test_engine.py", "tests/foundation/test_build_check.py", "-k",
                   "not edit_refresh and not refresh_refuses and not fetch and not repo_series and not repo_pin "

@@ -13,13 +13,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
-from .errors import CompileError, DDTreeDeployError, HashMismatchError, PinError, UsageError
-from .hashing import sha256_bytes
-from .manifest import FileEntry, Manifest, PatchEntry
-from .paths import default_pin_path, default_series_dir
-from .pin import ABSENT, Pin, load_pin
-from .series import Series, load_series
+from ddtree_deploy.build.manifest import FileEntry, Manifest, PatchEntry
+from ddtree_deploy.errors import CompileError, DDTreeDeployError, HashMismatchError, PinError, UsageError
+from ddtree_deploy.hashing import sha256_bytes
+from ddtree_deploy.patches.engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
+from ddtree_deploy.patches.series import Series, load_series
+from ddtree_deploy.paths import default_pin_path, default_series_dir
+from ddtree_deploy.pin.pin import ABSENT, Pin, load_pin
 
 
 @dataclass
@@ -38,7 +38,7 @@ def resolve_inputs(series_dir: Path | None = None, base_dir: Path | None = None,
     elif pin is False:
         pin = None
     if base_dir is None and _needs_base(series):
-        from . import snapshot
+        from ddtree_deploy.pin import snapshot
 
         base_dir = snapshot.ensure_snapshot(pin) if fetch else snapshot.find_snapshot(pin).root
     return Inputs(series, Path(base_dir) if base_dir else None, pin)

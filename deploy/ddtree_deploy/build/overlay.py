@@ -18,8 +18,8 @@ import sys
 import types
 from pathlib import Path
 
-from .build import apply_checked, manifest_for, resolve_inputs, write_tree
-from .paths import cache_dir, publish_once
+from ddtree_deploy.build.build import apply_checked, manifest_for, resolve_inputs, write_tree
+from ddtree_deploy.paths import cache_dir, publish_once
 
 _MARK = "__ddtree_overlay__"
 
@@ -53,7 +53,7 @@ def import_patched(module_name: str, series_dir: Path | None = None) -> types.Mo
 def patched_site(series_dir: Path | None = None) -> Path:
     """A dir holding the whole pinned ``sglang/`` with the series applied (hard links where unchanged)."""
     inputs = resolve_inputs(series_dir)
-    from . import snapshot
+    from ddtree_deploy.pin import snapshot
 
     base = inputs.base_dir or snapshot.ensure_snapshot(inputs.pin)
     dest = cache_dir() / "site" / inputs.series.series_id

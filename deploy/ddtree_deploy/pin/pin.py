@@ -23,7 +23,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .errors import PinError
+from ddtree_deploy.errors import PinError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -23,8 +23,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
-from .errors import CompareFailedError, UsageError
-from .records import METHOD_BASELINE, RunRecord, dataset_key, iter_groups
+from ddtree_deploy.errors import CompareFailedError, UsageError
+from ddtree_deploy.measure.records import METHOD_BASELINE, RunRecord, dataset_key, iter_groups
 
 CONTEXT_TOKENS = 8
 
@@ -245,7 +245,7 @@ def compare_records(
 
 
 def _method_order(method: str) -> tuple[int, int, str]:
-    from .records import method_budget
+    from ddtree_deploy.measure.records import method_budget
 
     if method == "baseline":
         return (0, 0, method)

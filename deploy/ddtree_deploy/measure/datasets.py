@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import UsageError
-from .records import iter_jsonl
+from ddtree_deploy.errors import UsageError
+from ddtree_deploy.measure.records import iter_jsonl
 
 _REASON = "\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 

@@ -40,9 +40,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from .datasets import ChatRenderer, Instance, load_prompts
-from .errors import RemoteError, UsageError
-from .records import METHOD_BASELINE, METHOD_DFLASH, RunRecord, ddtree_method, write_jsonl
+from ddtree_deploy.errors import RemoteError, UsageError
+from ddtree_deploy.measure.datasets import ChatRenderer, Instance, load_prompts
+from ddtree_deploy.measure.records import (
+    METHOD_BASELINE,
+    METHOD_DFLASH,
+    RunRecord,
+    ddtree_method,
+    write_jsonl,
+)
 
 KINDS = ("baseline", "dflash", "ddtree")
 ALGORITHM = {"baseline": "", "dflash": "DFLASH", "ddtree": "DDTREE"}
@@ -99,35 +105,11 @@ class BenchConfig:
 
 
 def _read_inventory_raw(path: str | None) -> dict[str, Any]:
-    """The hosts table of the inventory, via the shared loader when it exists.
+    """The hosts table of the inventory (``--inventory``, ``$DDTREE_DEPLOY_INVENTORY``, ``deploy/hosts.toml``)."""
+    from ddtree_deploy.remote.inventory import load_inventory
 
-    Falls back to reading the TOML here (same file resolution: ``--inventory``,
-    ``$DDTREE_DEPLOY_INVENTORY``, ``deploy/hosts.toml``) so the bench works standalone.
-    """
-    try:
-        from .remote.inventory import load_inventory  # type: ignore
-    except ImportError:
-        load_inventory = None
-    if load_inventory is not None:
-        inv = load_inventory(path) if path else load_inventory()
-        return {name: dict(h.raw) for name, h in inv.hosts.items()}
-    from .paths import repo_root
-
-    p = Path(path or os.environ.get("DDTREE_DEPLOY_INVENTORY") or repo_root() / "deploy" / "hosts.toml").expanduser()
-    if not p.exists():
-        raise UsageError(f"inventory {p} does not exist", hint="pass --inventory PATH or a literal URL as HOST")
-    try:
-        import tomllib  # type: ignore
-    except ImportError:  # pragma: no cover - python < 3.11
-        import tomli as tomllib  # type: ignore
-    try:
-        data = tomllib.loads(p.read_text(encoding="utf-8"))
-    except Exception as exc:
-        raise UsageError(f"inventory {p}: not valid TOML: {exc}") from None
-    hosts = data.get("hosts") or {}
-    if not isinstance(hosts, dict):
-        raise UsageError(f"inventory {p}: [hosts] must be a table")
-    return hosts
+    inv = load_inventory(path) if path else load_inventory()
+    return {name: dict(h.raw) for name, h in inv.hosts.items()}
 
 
 def resolve_target(host: str, inventory: str | None = None) -> BenchTarget:
@@ -435,7 +417,7 @@ def run_dataset(
 
 
 def summarize(records: list[RunRecord], walls: dict[tuple[str, str], float]) -> list[dict[str, Any]]:
-    from .compare import group_tau, group_tpot, mean
+    from ddtree_deploy.measure.compare import group_tau, group_tpot, mean
 
     groups: dict[tuple[str, str], list[RunRecord]] = {}
     for r in records:
@@ -468,7 +450,7 @@ def summarize(records: list[RunRecord], walls: dict[tuple[str, str], float]) -> 
             if common:
                 row["exact_match_vs_baseline"] = sum(r.output_ids == b[r.prompt_index].output_ids for r in common) / len(common)
         rows.append(row)
-    from .compare import _method_order
+    from ddtree_deploy.measure.compare import _method_order
 
     rows.sort(key=lambda r: (r["dataset"], _method_order(r["method"])))
     return rows
@@ -485,7 +467,7 @@ def _predicted_tau(r: RunRecord) -> float | None:
 def render_summary(rows: list[dict[str, Any]], console, title: str) -> None:
     from rich.table import Table
 
-    from .compare import wide
+    from ddtree_deploy.measure.compare import wide
 
     console = wide(console)
 
@@ -525,7 +507,7 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console, *, progress: bool 
     """Run the sweep; write ``runs.jsonl``, ``summary.json``, ``sweep.png``; return the summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from .plotting import plot_sweep
+    from ddtree_deploy.measure.plotting import plot_sweep
 
     if cfg.concurrency < 1:
         raise UsageError("--concurrency must be >= 1")

@@ -22,11 +22,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import apply_file_patch
-from .errors import DDTreeDeployError, PatchError, SeriesError, UsageError
-from .hashing import sha256_file
-from .pin import ABSENT, Pin
-from .series import SERIES_FILE, Series, parse_patch_bytes, read_series_file
+from ddtree_deploy.errors import DDTreeDeployError, PatchError, SeriesError, UsageError
+from ddtree_deploy.hashing import sha256_file
+from ddtree_deploy.patches.engine import apply_file_patch
+from ddtree_deploy.patches.series import SERIES_FILE, Series, parse_patch_bytes, read_series_file
+from ddtree_deploy.pin.pin import ABSENT, Pin
 
 STATE_FILE = "ddtree-edit.json"  # inside the work tree's .git dir
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.(patch|diff)$")
@@ -217,6 +217,6 @@ def pin_files(pin: Pin, series: Series, base_dir: Path) -> dict[str, str]:
 
 
 def default_work_dir() -> Path:
-    from .paths import repo_root
+    from ddtree_deploy.paths import repo_root
 
     return repo_root() / ".work" / "sglang"

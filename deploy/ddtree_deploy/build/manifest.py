@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from .errors import DDTreeDeployError
+from ddtree_deploy.errors import DDTreeDeployError
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .errors import CompileError, PatchApplyError, PatchRefusedError
-from .series import FilePatch, Hunk, Series, split_lines
+from ddtree_deploy.errors import CompileError, PatchApplyError, PatchRefusedError
+from ddtree_deploy.patches.series import FilePatch, Hunk, Series, split_lines
 
 BaseReader = Callable[[str], "bytes | None"]
 

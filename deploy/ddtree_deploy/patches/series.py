@@ -21,8 +21,8 @@ from pathlib import Path, PurePosixPath
 from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
 
-from .errors import EmptyPatchError, PatchParseError, PatchRefusedError, SeriesError
-from .hashing import sha256_bytes
+from ddtree_deploy.errors import EmptyPatchError, PatchParseError, PatchRefusedError, SeriesError
+from ddtree_deploy.hashing import sha256_bytes
 
 SERIES_FILE = "series"
 DEV_NULL = "/dev/null"

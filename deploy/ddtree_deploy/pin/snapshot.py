@@ -22,10 +22,10 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import FetchError, HashMismatchError, SnapshotMissingError
-from .hashing import sha256_file
-from .paths import cache_dir, default_pin_path, publish_once
-from .pin import ABSENT, Pin, WheelPin, load_pin
+from ddtree_deploy.errors import FetchError, HashMismatchError, SnapshotMissingError
+from ddtree_deploy.hashing import sha256_file
+from ddtree_deploy.paths import cache_dir, default_pin_path, publish_once
+from ddtree_deploy.pin.pin import ABSENT, Pin, WheelPin, load_pin
 
 MARKER = ".snapshot.json"
 

@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
-from .errors import UsageError
+from ddtree_deploy.errors import UsageError
 
 METHOD_BASELINE = "baseline"
 METHOD_DFLASH = "dflash"

@@ -19,18 +19,20 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
-from ..console import err
-from .testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
+from ddtree_deploy.cli.console import err
+from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
 
 def _deps_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "orjson", "pydantic"))
 
 
-def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: bool = True) -> int:
-    from ..cli import main
-    from .. import snapshot
+def run_demo(main: Callable[[list[str]], int], *, keep: bool = False, build_dir: Path | None = None,
+             full_smoke: bool = True) -> int:
+    """Run the demo, driving the CLI through ``main`` (the CLI's entry point, injected by the caller)."""
+    from ddtree_deploy.pin import snapshot
 
     why = sshd_available()
     if why:
@@ -43,7 +45,7 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
         snap = snapshot.ensure_snapshot()
         if build_dir is None:  # the repo's series, or the demo fails (no stand-in build)
             build_dir = tmp / "build"
-            from ..build import build
+            from ddtree_deploy.build.build import build
 
             build(build_dir)
             err.print(f"built the repo's series into {build_dir}")
@@ -62,20 +64,20 @@ def run_demo(*, keep: bool = False, build_dir: Path | None = None, full_smoke: b
             err.print("[yellow]smoke = py_compile only[/] (SGLang's import deps are not installed here, or --light-smoke)")
         inv = write_inventory(tmp / "hosts.toml", {"demo": table})
         err.print(f"inventory: {inv}")
-        I = ["--inventory", str(inv)]
+        INV = ["--inventory", str(inv)]
         B = ["--build", str(build_dir)]
         steps = [
-            ("2. unknown host key: refused (nothing trusted by default)", ["status", "demo", *I], 6),
-            ("3. accept it explicitly (recorded in the host's known_hosts)", ["status", "demo", "--accept-new-host-key", *I, *B], 0),
+            ("2. unknown host key: refused (nothing trusted by default)", ["status", "demo", *INV], 6),
+            ("3. accept it explicitly (recorded in the host's known_hosts)", ["status", "demo", "--accept-new-host-key", *INV, *B], 0),
             ("4. push --dry-run: a diff per file (first lines), nothing written",
-             ["push", "demo", "--dry-run", "--diff-lines", "8", *I, *B], 0),
-            ("5. push: preflight, lock, backup, atomic upload, compile + smoke, audit", ["push", "demo", "--why", "demo", *I, *B], 0),
-            ("6. status", ["status", "demo", *I, *B], 0),
-            ("7. smoke (re-run on what is deployed)", ["smoke", "demo", *I, *B], 0),
-            ("8. push again: nothing to send", ["push", "demo", *I, *B], 0),
-            ("9. history (the host's audit log)", ["history", "demo", *I], 0),
-            ("10. rollback: restore from the host's backup, verified", ["rollback", "demo", "--why", "demo", *I], 0),
-            ("11. status: pristine again", ["status", "demo", *I, *B], 0),
+             ["push", "demo", "--dry-run", "--diff-lines", "8", *INV, *B], 0),
+            ("5. push: preflight, lock, backup, atomic upload, compile + smoke, audit", ["push", "demo", "--why", "demo", *INV, *B], 0),
+            ("6. status", ["status", "demo", *INV, *B], 0),
+            ("7. smoke (re-run on what is deployed)", ["smoke", "demo", *INV, *B], 0),
+            ("8. push again: nothing to send", ["push", "demo", *INV, *B], 0),
+            ("9. history (the host's audit log)", ["history", "demo", *INV], 0),
+            ("10. rollback: restore from the host's backup, verified", ["rollback", "demo", "--why", "demo", *INV], 0),
+            ("11. status: pristine again", ["status", "demo", *INV, *B], 0),
         ]
         for title, argv, want in steps:
             err.rule(f"[bold]{title}")

@@ -1,0 +1,1 @@
+"""Building the patched tree: build/check, the manifest, the import overlay for tests and tools."""

@@ -1,0 +1,1 @@
+"""Measuring: bench runs, run records, datasets, compare, plotting."""

@@ -1,0 +1,1 @@
+"""The patch series: parsing, the strict apply engine, authoring."""

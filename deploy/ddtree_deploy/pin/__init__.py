@@ -1,0 +1,1 @@
+"""The pin (what the series applies to) and the pinned wheel snapshot."""
