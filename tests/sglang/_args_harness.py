@@ -186,13 +186,17 @@ def units() -> dict:
     torch.manual_seed(0)
     logits = torch.randn(2 * 2, 6)
     temps = torch.tensor([[1.0], [0.5]])
+    # top-k / top-p / min-p "off" as SGLang's SamplingBatchInfo holds them (TOP_K_ALL, 1.0, 0.0).
     si = types.SimpleNamespace(temperatures=temps, need_top_k_sampling=False,
-                               need_top_p_sampling=False, top_ks=None, top_ps=None)
+                               need_top_p_sampling=False, need_min_p_sampling=False)
     draws = 4000
     counts = torch.zeros(4, 6)
     for _ in range(draws // 100):
         big = logits.repeat(100, 1)  # 100 batches of 2 requests x 2 nodes
         si.temperatures = temps.repeat(100, 1)
+        si.top_ks = torch.full((200,), 1 << 30, dtype=torch.int32)
+        si.top_ps = torch.ones(200)
+        si.min_ps = torch.zeros(200)
         toks = sample_tree_target_tokens(big, si, batch_size=200, draft_token_num=2)
         for row in range(4):
             b, node = divmod(row, 2)
