@@ -110,6 +110,7 @@ def load_uno(path: str):
     try:
         spec = importlib.util.spec_from_file_location("uno_tree_bench", path)
         mod = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = mod  # its dataclasses look their module up while the class is built
         spec.loader.exec_module(mod)
     finally:
         if saved is None:
