@@ -14,10 +14,8 @@ dependency fails the suite with the reason.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import time
-import warnings
 from pathlib import Path
 
 import pytest
@@ -49,15 +47,8 @@ def re_site(tmp_path_factory) -> Path:
                     + ", ".join(missing) + ". fix: make venv (pyproject extras test,ddtree,"
                     "sglang-deps,real-engine)", pytrace=False)
     from ddtree_deploy.build import overlay
-    from ddtree_deploy.errors import PinError
 
-    try:
-        return overlay.patched_site()
-    except PinError as e:
-        warnings.warn(f"repo series refused by the pin ({e}); building a copy of the series")
-        copy = tmp_path_factory.mktemp("series") / SERIES.name
-        shutil.copytree(SERIES, copy)
-        return overlay.patched_site(series_dir=copy)
+    return overlay.patched_site()
 
 
 @pytest.fixture(scope="session")

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -41,15 +39,8 @@ def patched_site(tmp_path_factory) -> Path:
     if missing:
         pytest.skip(f"SGLang import dependencies missing ({missing}); see docs/sglang-integration.md")
     from ddtree_deploy.build import overlay
-    from ddtree_deploy.errors import PinError
 
-    try:
-        return overlay.patched_site()
-    except PinError as e:
-        warnings.warn(f"repo series refused by the pin ({e}); building a copy of the series")
-        copy = tmp_path_factory.mktemp("series") / SERIES.name
-        shutil.copytree(SERIES, copy)
-        return overlay.patched_site(series_dir=copy)
+    return overlay.patched_site()
 
 
 @pytest.fixture(scope="session")
