@@ -31,7 +31,7 @@ def _ref_rms(x, w, eps, gemma=False):
 
 
 def _close(name, dtype, got, want, results):
-    got, want = got.float(), want.float()
+    got, want = got.float().cpu(), want.float().cpu()  # the references may live on either device
     err = (got - want).abs().max().item() / max(1.0, want.abs().max().item())
     ok = err <= TOL[dtype]
     results.append(ok)
@@ -92,6 +92,13 @@ def check(device: str) -> int:
            torch.from_numpy(want_k), res)
     _close("top_p_renorm_prob", torch.float32, sgl_kernel.top_p_renorm_prob(probs.to(device), ps.to(device)),
            torch.from_numpy(want_p), res)
+    if device != "cpu":  # the renorm redirect (sitecustomize): SGLang's own Triton renorm, compiled for real
+        from sglang.kernels.ops.sampling import renorm
+
+        _close("renorm.top_k_renorm_prob(triton)", torch.float32,
+               renorm.top_k_renorm_prob(probs.to(device), ks.to(device)), torch.from_numpy(want_k), res)
+        _close("renorm.top_p_renorm_prob(triton)", torch.float32,
+               renorm.top_p_renorm_prob(probs.to(device), ps.to(device)), torch.from_numpy(want_p), res)
     t = torch.randn(4, device=device)
     ok = sgl_kernel.weak_ref_tensor(t).data_ptr() == t.data_ptr()
     res.append(ok)

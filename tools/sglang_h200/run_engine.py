@@ -122,6 +122,9 @@ def make_8b_configs(root: Path) -> tuple[Path, Path]:
 # ----------------------------------------------------------------------------- cases
 
 
+DDTREE_GRAPH_ARGS: list[str] = []  # --ddtree-graph-args: what turns DDTREE's CUDA graphs on
+
+
 def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype: str,
                 budget: int | None, extra: list[str]) -> list[str]:
     argv = ["--model-path", str(target), "--device", "cuda", "--dtype", dtype,
@@ -138,6 +141,8 @@ def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype
                  "--speculative-draft-attention-backend", "triton"]
     if algo == "DDTREE":
         argv += ["--speculative-ddtree-budget", str(budget)]
+        if graphs:
+            argv += DDTREE_GRAPH_ARGS
     return argv + extra
 
 
@@ -244,6 +249,8 @@ def part_equal(root: Path, args) -> dict:
     cases = [("plain", "plain", False, None), ("plain-graphs", "plain", True, None),
              ("dflash-nographs", "DFLASH", False, None), ("dflash-graphs", "DFLASH", True, None)]
     cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
+    if DDTREE_GRAPH_ARGS:
+        cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
     out = {}
     for name, algo, graphs, budget in cases:
         if args.only and name not in args.only:
@@ -271,6 +278,8 @@ def part_time(root: Path, args) -> dict:
     prompts = [[[rng.randrange(1000, 100000) for _ in range(64)] for _ in range(bs)] for bs in (1, 8, 32)]
     cases = [("dflash-nographs", "DFLASH", False, None), ("dflash-graphs", "DFLASH", True, None)]
     cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
+    if DDTREE_GRAPH_ARGS:
+        cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
     # builder's share: the same DDTREE cases with the synchronizing probe (sitecustomize.py, 3.)
     cases += [(f"ddtree-B{b}-nographs-probe", "DDTREE", False, b) for b in (16, 64, 256)]
     extra = ["--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--context-length", "4096",
@@ -297,7 +306,12 @@ def main(argv=None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--case-timeout", type=int, default=240)
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--ddtree-graph-args", default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
+                    help="engine flags that turn DDTREE's CUDA graphs on; adds the ddtree-B*-graphs cases")
     args = ap.parse_args(argv)
+    import shlex
+
+    DDTREE_GRAPH_ARGS[:] = shlex.split(args.ddtree_graph_args)
     args.work.mkdir(parents=True, exist_ok=True)
     global SINK
     SINK = args.out

@@ -5,6 +5,10 @@ See docs/h200-harness.md (3. is a timing probe, below). Each shim names what it 
 1. ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` -> ``h200_shims/cutedsl_dual_gemm.py`` (needs the
    CuTe DSL ``cutlass``; answers "no dual GEMM" off SM100 like the real one). The name ``cutlass`` itself
    is left unimportable: anything else that imports it fails with ImportError naming it.
+   ``sglang.kernels.ops.sampling.renorm`` -> ``h200_shims/sampling_renorm.py`` (FlashInfer's renorm ops
+   are not on the machine; binds SGLang's own Triton renorm, as its ROCm branch does).
+   ``sglang.kernels.ops.speculative.verify_sampling`` -> ``h200_shims/verify_sampling.py`` (the sampling
+   verify kernel's JIT build needs FlashInfer's headers: reported as absent, SGLang's own no-kernel path).
 2. ``H200_FAKE_CUDA=1`` (CPU import-chain test only, tests/h200_harness): report a CUDA sm90 device to
    SGLang's platform checks so its ``if _is_cuda:`` import branches are taken on a CPU machine. Never
    set on the GPU.
@@ -21,6 +25,8 @@ from pathlib import Path
 _HERE = Path(__file__).resolve().parent
 _REDIRECT = {
     "sglang.kernels.ops.gemm.cutedsl_dual_gemm": _HERE / "h200_shims" / "cutedsl_dual_gemm.py",
+    "sglang.kernels.ops.sampling.renorm": _HERE / "h200_shims" / "sampling_renorm.py",
+    "sglang.kernels.ops.speculative.verify_sampling": _HERE / "h200_shims" / "verify_sampling.py",
 }
 
 
