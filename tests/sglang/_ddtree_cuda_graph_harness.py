@@ -108,8 +108,8 @@ def _capture_shapes(sa, fx, budget):
             "capture_mask_numel_needed": need,
         }
         if not is_draft:
-            out[role]["dummy_topk"] = dummy.topk
-            out[role]["dummy_max_tree_depth"] = dummy.max_tree_depth
+            out[role]["dummy_topk"] = getattr(dummy, "topk", None)
+            out[role]["dummy_max_tree_depth"] = getattr(dummy, "max_tree_depth", None)
             # The Triton backend of the target runner, built by its own __init__ over a
             # runner namespace (the pools are sized, never used here).
             pool = SimpleNamespace(size=max_bs, req_to_token=torch.zeros((max_bs, MAX_CTX + 64),
