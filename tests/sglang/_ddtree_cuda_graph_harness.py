@@ -146,6 +146,37 @@ def _capture_shapes(sa, fx, budget):
     return out
 
 
+def _fallback_log() -> dict:
+    """DDTreeWorkerV2._log_verify_graph_fallback on a worker object whose target model
+    runner holds a decode graph runner captured up to batch 8 (a namespace: only max_bs is
+    read) or none (graphs off)."""
+    import logging
+
+    from sglang.srt.speculative.ddtree_worker_v2 import DDTreeWorkerV2
+
+    records = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    log = logging.getLogger("sglang.srt.speculative.ddtree_worker_v2")
+    log.addHandler(_Keep())
+    out = {}
+    for name, runner, calls in (
+        ("graphs_on", SimpleNamespace(max_bs=8), [(4, True), (12, False), (12, False), (3, False)]),
+        ("graphs_off", None, [(12, False)]),
+    ):
+        w = object.__new__(DDTreeWorkerV2)
+        w._target_worker = SimpleNamespace(
+            model_runner=SimpleNamespace(decode_cuda_graph_runner=runner))
+        records.clear()
+        for bs, ran in calls:
+            w._log_verify_graph_fallback(bs, ran)
+        out[name] = list(records)
+    return out
+
+
 def main() -> None:
     fx, cap = sys.argv[1], tuple(int(x) for x in sys.argv[2].split("."))
     _mock_cuda(cap)
@@ -193,6 +224,10 @@ def main() -> None:
                                             "--disable-cuda-graph"])
     case("noflag_triton", ["--attention-backend", "triton"], shapes=True)
     case("noflag_flashinfer", ["--attention-backend", "flashinfer"])
+    try:
+        report["fallback_log"] = _fallback_log()
+    except Exception as e:  # noqa: BLE001
+        report["fallback_log"] = {"error": f"{type(e).__name__}: {e}"}
     print("REPORT " + json.dumps(report, default=str))
 
 

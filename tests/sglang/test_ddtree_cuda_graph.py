@@ -91,3 +91,15 @@ def test_triton_verify_mask_buffer_sized_for_b_plus_1(rep, name, budget):
     assert tr["target_verify_num_tokens_per_req"] == n, tr
     assert tr["capture_custom_mask_is_verify_buffer"], tr
     assert tr["capture_max_extend_len"] == n, tr
+
+
+def test_eager_fallback_is_logged_with_its_reason(rep):
+    """With decode graphs captured, a verify that ran eagerly is logged once per batch size
+    with the reason; with graphs off (no runner) nothing is logged."""
+    f = rep["fallback_log"]
+    assert "error" not in f, f
+    on = f["graphs_on"]
+    assert len(on) == 2, on  # bs 4 replayed; bs 12 twice -> once; bs 3 once
+    assert "batch size 12 > the largest captured batch size 8" in on[0], on
+    assert "cannot replay this batch (size 3)" in on[1], on
+    assert f["graphs_off"] == [], f
