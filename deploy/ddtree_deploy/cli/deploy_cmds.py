@@ -11,6 +11,7 @@ from typing import Callable, Iterator, List, Optional
 import typer
 from rich.table import Table
 
+from ddtree_deploy.cli import fleet_ui
 from ddtree_deploy.cli.console import err, out_line
 from ddtree_deploy.errors import UsageError
 
@@ -87,7 +88,6 @@ def push(
 
     Any failure after the first write restores the host from its backup and verifies it (exit 8).
     """
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.hostops import test_hooks
     from ddtree_deploy.remote.push import PushOptions, push_pipeline
 
@@ -99,7 +99,7 @@ def push(
         opts = PushOptions(dry_run=dry_run, accept_new_host_key=accept_new_host_key, restart=restart,
                            no_rollback=no_rollback, why=why)
         title = f"{'dry run: ' if dry_run else ''}push {bs.series_id}"
-        results = run_fleet(hs, push_pipeline(bs, opts), title=title, quiet=quiet)
+        results = fleet_ui.run(err, hs, push_pipeline(bs, opts), title=title, quiet=quiet)
         if dry_run and not json_:
             for r in results:
                 for path, diff in (r.data.get("diffs") or {}).items():
@@ -109,7 +109,7 @@ def push(
                         lines = lines[:diff_lines] + [f"# ... {len(lines) - diff_lines} more diff line(s)"]
                     if lines:
                         out_line("\n".join(lines))
-        code = finish(title, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
+        code = fleet_ui.finish(err, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
     _exit(code)
 
 
@@ -123,14 +123,13 @@ def smoke(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Re-run py_compile + the smoke import on what is deployed (changes nothing; exit 12 if it fails)."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.hostops import load_build
     from ddtree_deploy.remote.push import smoke_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     bs = load_build(build_dir) if build_dir else None
-    results = run_fleet(hs, smoke_pipeline(bs, accept_new_host_key), title="smoke", quiet=quiet)
-    _exit(finish("smoke", results, json_mode=json_, quiet=quiet))
+    results = fleet_ui.run(err, hs, smoke_pipeline(bs, accept_new_host_key), title="smoke", quiet=quiet)
+    _exit(fleet_ui.finish(err, results, json_mode=json_, quiet=quiet))
 
 
 def rollback(
@@ -154,15 +153,14 @@ def rollback(
     Every backup and every current file is checked before the first write: a broken backup (exit 9) or
     a file edited on the host since the deploy (exit 6, unless --force) refuses with the host untouched.
     """
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.push import rollback_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     if to == "pristine" and len(hs) > 1 and not dry_run and not yes:
         _confirm_pristine([h.name for h in hs])
-    results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
+    results = fleet_ui.run(err, hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
                         title="dry run: rollback" if dry_run else "rollback", quiet=quiet)
-    _exit(finish("rollback", results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
+    _exit(fleet_ui.finish(err, results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
 
 
 def _confirm_pristine(names: List[str]) -> None:
@@ -192,13 +190,12 @@ def status(
     Exit 0 when every host answered; with --strict, exit 14 when any host needs attention.
     """
     from ddtree_deploy.errors import AttentionError
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.hostops import load_build
     from ddtree_deploy.remote.push import status_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     bs = load_build(build_dir) if build_dir else None
-    results = run_fleet(hs, status_pipeline(bs, accept_new_host_key), title="status", quiet=True)
+    results = fleet_ui.run(err, hs, status_pipeline(bs, accept_new_host_key), title="status", quiet=True)
     if not json_:
         for r in results:
             if not r.ok:
@@ -222,7 +219,7 @@ def status(
     if strict:
         for r in attention:
             err.print(f"{r.host}: needs attention: {r.message}", markup=False, highlight=False)
-    code = finish("status", results, json_mode=json_, quiet=True, extra={"attention": [r.host for r in attention]},
+    code = fleet_ui.finish(err, results, json_mode=json_, quiet=True, extra={"attention": [r.host for r in attention]},
                   ok_code=AttentionError.exit_code if strict and attention else 0)
     _exit(code)
 
@@ -235,18 +232,17 @@ def history(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """The host's audit log: one line per deploy, rollback and lock release."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.push import history_pipeline
 
     hs = _hosts(inventory, [host], False)
-    results = run_fleet(hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
-    r = results[0]
+    results = fleet_ui.run(err, hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
+    r = results.results[0]
     if r.ok and not json_:
         for e in r.data["entries"]:
             target = e.get("undo") or ""
             out_line("\t".join(str(x) for x in (e.get("time"), e.get("op"), e.get("deploy_id"), e.get("who"),
                                                  e.get("series_id") or "", target, e.get("result"))))
-    _exit(finish("history", results, json_mode=json_, quiet=True))
+    _exit(fleet_ui.finish(err, results, json_mode=json_, quiet=True))
 
 
 @lock_app.command("status", epilog='Example: ddtree-deploy lock status gpu1')
@@ -257,15 +253,14 @@ def lock_status(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Who holds the deploy lock on each host (who/when/why/deploy id, and whether it is alive)."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.push import lock_pipeline
 
-    results = run_fleet(_hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
+    results = fleet_ui.run(err, _hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
     if not json_:
         for r in results:
             if r.ok:
                 out_line(f"{r.host}\t{r.status}\t{r.message}")
-    _exit(finish("lock", results, json_mode=json_, quiet=True))
+    _exit(fleet_ui.finish(err, results, json_mode=json_, quiet=True))
 
 
 @lock_app.command("release", epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
@@ -276,16 +271,15 @@ def lock_release(
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Free a deploy lock left behind (recorded in the audit log). Check `status` first."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.push import lock_pipeline
 
-    results = run_fleet(_hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
+    results = fleet_ui.run(err, _hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
                         title="lock release", quiet=True)
     if not json_:
         for r in results:
             if r.ok:
                 out_line(f"{r.host}\t{r.status}\t{r.message}")
-    _exit(finish("lock release", results, json_mode=json_, quiet=True))
+    _exit(fleet_ui.finish(err, results, json_mode=json_, quiet=True))
 
 
 def demo(
