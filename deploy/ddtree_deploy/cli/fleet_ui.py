@@ -11,7 +11,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from ddtree_deploy.cli.console import out_json, print_error
-from ddtree_deploy.errors import ExitCode, PartialFailureError
+from ddtree_deploy.errors import ExitCode, fleet_exit_code
 from ddtree_deploy.remote.fleet import NOTE, FleetEvent, FleetInterrupted, FleetResult, HostResult, Pipeline, run_fleet
 from ddtree_deploy.remote.inventory import HostConfig
 
@@ -97,14 +97,7 @@ def finish(err: Console, fleet: FleetResult, *, json_mode: bool, quiet: bool = F
     results = fleet.results
     print_table(err, fleet.title, results, quiet)
     failed = list(fleet.failed.values())
-    if not failed:
-        code = ok_code
-    elif len(results) == 1:
-        code = failed[0].exit_code
-    else:
-        code = PartialFailureError.exit_code
-    if any(r.exit_code == ExitCode.INTERRUPTED for r in failed):
-        code = ExitCode.INTERRUPTED
+    code = fleet_exit_code(fleet, ok_code=ok_code)
     for r in failed:
         print_error(r.message, r.hint)
     if len(results) > 1 and failed:
