@@ -101,3 +101,97 @@ def test_rollback_all_to_pristine_asks_first(tmp_path):
                        stdin=subprocess.DEVNULL)
     assert r.returncode not in (0, 2), r.stderr
     assert "--yes" not in r.stderr
+
+
+# --- the injected Environment (issue 13 item 3) -----------------------------------------------------------
+
+
+def _io_env(**kw):
+    import io
+
+    from ddtree_deploy.cli.console import Environment
+
+    return Environment(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), **kw)
+
+
+def test_commands_write_to_the_injected_environment_not_the_process_streams(capfd):
+    from ddtree_deploy.cli import main
+
+    env = _io_env()
+    assert main(["patches", "list"], env=env) == 0
+    out, err = env.stdout.getvalue(), env.stderr.getvalue()
+    rows = [ln.split("\t") for ln in out.splitlines()]
+    assert rows and all(len(r) == 3 for r in rows)  # the data, on the env's stdout
+    assert "patch(es); one line per patch and file" in err and "\t" not in err  # the message, on its stderr
+    real = capfd.readouterr()
+    assert real.out == "" and real.err == ""  # nothing reached the process's own streams
+
+
+def test_errors_go_to_the_environment_in_the_project_style(tmp_path, capfd):
+    import json
+
+    from ddtree_deploy.cli import main
+
+    inv = _two_host_inventory(tmp_path)
+    env = _io_env()
+    assert main(["push", "nosuch", "--inventory", str(inv), "--json"], env=env) == 2
+    err = env.stderr.getvalue()
+    assert err.startswith("error: no host 'nosuch'") and "\nfix: add a [hosts.nosuch] table" in err
+    doc = json.loads(env.stdout.getvalue())
+    assert doc["ok"] is False and doc["exit_code"] == 2 and doc["error"] == "InventoryError"
+    assert capfd.readouterr() == ("", "")
+
+
+def test_colour_follows_the_environment(monkeypatch, tmp_path):
+    from ddtree_deploy.cli import main
+    from ddtree_deploy.cli.console import Environment
+
+    inv = _two_host_inventory(tmp_path)
+    argv = ["push", "nosuch", "--inventory", str(inv)]
+    coloured = _io_env(stderr_isatty=True, colors=True)
+    main(argv, env=coloured)
+    assert "\x1b[1;31merror:" in coloured.stderr.getvalue()  # a terminal with colour: bold red "error:"
+    no_colour = _io_env(stderr_isatty=True, colors=False)  # NO_COLOR: styles stay (bold), colours go
+    main(argv, env=no_colour)
+    assert "\x1b[1merror:" in no_colour.stderr.getvalue() and "31m" not in no_colour.stderr.getvalue()
+    plain = _io_env()  # not a terminal: no escapes at all
+    main(argv, env=plain)
+    assert "\x1b[" not in plain.stderr.getvalue() and plain.stderr.getvalue().startswith("error: ")
+    monkeypatch.setenv("NO_COLOR", "1")
+    assert Environment().colors is False
+    monkeypatch.delenv("NO_COLOR")
+    assert Environment().colors is True
+
+
+def test_verbosity_reaches_the_environment():
+    from ddtree_deploy.cli import main
+
+    env = _io_env()
+    main(["-v", "patches", "list"], env=env)
+    assert env.verbosity == 1
+
+
+def test_the_fleet_display_draws_on_the_environment():
+    from ddtree_deploy.cli.fleet_ui import FleetUI
+    from ddtree_deploy.remote.fleet import DONE, NOTE, FleetEvent
+
+    events = [FleetEvent("a", "connecting", 5), FleetEvent("a", "uploading", 20),
+              FleetEvent("a", "uploading 10/100 bytes", 21), FleetEvent("a", "uploading 90/100 bytes", 33),
+              FleetEvent("a", "a note", kind=NOTE), FleetEvent("a", "deployed", 100, DONE)]
+    plain = _io_env()
+    with FleetUI(plain, ["a"]) as ui:
+        for ev in events:
+            ui(ev)
+    assert plain.stderr.getvalue().splitlines() == [  # not a terminal: one line per phase, not per tick
+        "a: connecting", "a: uploading", "a: a note", "a: deployed"]
+    live = _io_env(stderr_isatty=True)
+    with FleetUI(live, ["a"]) as ui:
+        for ev in events:
+            ui(ev)
+    text = live.stderr.getvalue()
+    assert "\x1b[" in text and "━" in text and "deployed" in text  # a terminal: the live progress bar
+    quiet = _io_env(stderr_isatty=True)
+    with FleetUI(quiet, ["a"], quiet=True) as ui:
+        for ev in events:
+            ui(ev)
+    assert quiet.stderr.getvalue() == ""

@@ -16,7 +16,7 @@ except ImportError:  # pragma: no cover
 
 from ddtree_deploy import __version__
 from ddtree_deploy.cli import bench_cmds, deploy_cmds, patch_cmds  # each registers its commands on app
-from ddtree_deploy.cli.console import err, out_json, print_error
+from ddtree_deploy.cli.console import Environment, env_of
 from ddtree_deploy.errors import EXIT_INTERRUPTED, EXIT_UNEXPECTED, DDTreeDeployError
 
 app = typer.Typer(
@@ -32,57 +32,58 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# Set by the global callback; commands read it through ``state``.
-state: dict[str, object] = {"verbose": 0, "json_errors": False}
-
-
-def _version(value: bool) -> None:
+def _version(ctx: typer.Context, value: bool) -> None:
     if value:
-        print(__version__)
+        env_of(ctx).out_line(__version__)
         raise typer.Exit(0)
 
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More detail on stderr (the traceback of an unexpected error)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
-    state["verbose"] = verbose
+    env_of(ctx).verbosity = verbose
 
 
 patch_cmds.register(app)
-deploy_cmds.register(app, lambda argv: main(argv))
+deploy_cmds.register(app, lambda argv, env: main(argv, env=env))
 bench_cmds.register(app)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``ddtree-deploy`` console script. Returns (and exits with) the exit code."""
+def main(argv: list[str] | None = None, *, env: Environment | None = None) -> int:
+    """Entry point of the ``ddtree-deploy`` console script. Returns (and exits with) the exit code.
+
+    ``env`` is the invocation's I/O (streams, terminals, colour); by default the process's own.
+    """
     args = sys.argv[1:] if argv is None else argv
+    env = env if env is not None else Environment()
     json_mode = "--json" in args
     try:
-        rv = app(args=args, standalone_mode=False, prog_name="ddtree-deploy")
+        rv = app(args=args, standalone_mode=False, prog_name="ddtree-deploy", obj=env)
         code = rv if isinstance(rv, int) else 0
     except DDTreeDeployError as exc:
         code = exc.exit_code
-        print_error(exc.message, exc.hint)
+        env.print_error(exc.message, exc.hint)
         if json_mode:
-            out_json({"ok": False, "exit_code": code, **exc.to_json()})
+            env.out_json({"ok": False, "exit_code": code, **exc.to_json()})
     except typer.Exit as exc:  # typer.Exit / explicit exits
         code = exc.exit_code
     except typer.Abort:
-        err.print("interrupted")
+        env.err.print("interrupted")
         code = EXIT_INTERRUPTED
     except ClickException as exc:  # usage errors: bad flags, missing args
-        exc.show(file=sys.stderr)
+        exc.show(file=env.stderr)
         code = exc.exit_code
     except KeyboardInterrupt:
-        err.print("interrupted")
+        env.err.print("interrupted")
         code = EXIT_INTERRUPTED
     except Exception as exc:  # a bug: say so plainly, keep the traceback on -v
-        if state.get("verbose"):
-            err.print_exception()
-        err.print(f"[bold red]unexpected error:[/] {type(exc).__name__}: {exc}")
-        err.print("This is a bug in ddtree-deploy; rerun with -v for the traceback.")
+        if env.verbosity:
+            env.err.print_exception()
+        env.err.print(f"[bold red]unexpected error:[/] {type(exc).__name__}: {exc}")
+        env.err.print("This is a bug in ddtree-deploy; rerun with -v for the traceback.")
         code = EXIT_UNEXPECTED
     if argv is None:
         sys.exit(code)

@@ -8,7 +8,7 @@ from typing import List, Optional
 
 import typer
 
-from ddtree_deploy.cli.console import err, out_json, out_line
+from ddtree_deploy.cli.console import env_of
 from ddtree_deploy.errors import UsageError
 
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
@@ -25,6 +25,7 @@ def _int_list(text: str, what: str) -> list[int]:
 
 
 def bench(
+    ctx: typer.Context,
     host: str = typer.Argument(..., help="An inventory host (reads \\[hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."),
     budgets: str = typer.Option("16,32,64,128,256,512", "--budgets", help="Comma-separated DDTree budgets B (tree nodes)."),
     dataset: List[str] = typer.Option(
@@ -53,6 +54,7 @@ def bench(
     json_: bool = JsonOpt,
 ) -> None:
     """Sweep DDTree budgets on a host: JSONL run records, a table (stderr) and a PNG plot."""
+    env = env_of(ctx)
     from ddtree_deploy.measure.bench import BenchConfig, resolve_target, run_bench
 
     target = resolve_target(host, inventory)
@@ -84,15 +86,16 @@ def bench(
         health_timeout_s=health_timeout,
         request_timeout_s=request_timeout,
     )
-    summary = run_bench(target, cfg, err, progress=not no_progress)
-    err.print(f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}", soft_wrap=True)
+    summary = run_bench(target, cfg, env.err, progress=not no_progress)
+    env.err.print(f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}", soft_wrap=True)
     if json_:
-        out_json({"ok": True, **summary})
+        env.out_json({"ok": True, **summary})
     else:
-        out_line(summary["files"]["runs"])
+        env.out_line(summary["files"]["runs"])
 
 
 def compare(
+    ctx: typer.Context,
     baseline: Path = typer.Argument(..., help="Baseline: reference benchmark.py .pt, our .jsonl, or a directory of them."),
     run: Path = typer.Argument(..., help="Run to check: .jsonl (ddtree-deploy bench), .pt, or a directory."),
     min_exact_match: Optional[float] = typer.Option(
@@ -106,6 +109,7 @@ def compare(
     json_: bool = JsonOpt,
 ) -> None:
     """Exact-match, first divergence, tau and TPOT of RUN vs BASELINE; exit 11 if thresholds fail."""
+    env = env_of(ctx)
     from ddtree_deploy.measure.compare import Thresholds, check, compare_records, local_decoder, render
     from ddtree_deploy.measure.records import load_records
 
@@ -120,9 +124,9 @@ def compare(
     )
     report["baseline"] = str(baseline)
     report["run"] = str(run)
-    render(report, err)
+    render(report, env.err)
     if json_ and report["ok"]:  # the same keys as the failure's JSON (cli.main prints that one)
-        out_json({"ok": True, "exit_code": 0, "error": None, "message": "thresholds pass", "report": report})
+        env.out_json({"ok": True, "exit_code": 0, "error": None, "message": "thresholds pass", "report": report})
     check(report)  # raises CompareFailedError (exit 11): {"ok": false, "exit_code", "error", "message", "report"}
 
 

@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ddtree_deploy.cli.console import out_json, print_error
+from ddtree_deploy.cli.console import Environment
 from ddtree_deploy.errors import ExitCode, fleet_exit_code
 from ddtree_deploy.remote.fleet import NOTE, FleetEvent, FleetInterrupted, FleetResult, HostResult, Pipeline, run_fleet
 from ddtree_deploy.remote.inventory import HostConfig
@@ -24,13 +23,13 @@ _YELLOW = {ExitCode.HOST_REFUSED, ExitCode.LOCK_HELD, ExitCode.ROLLED_BACK, Exit
 class FleetUI:
     """The callback for ``run_fleet``'s events: per-host progress on stderr."""
 
-    def __init__(self, err: Console, hosts: list[str], *, quiet: bool = False):
-        self.err = err
+    def __init__(self, env: Environment, hosts: list[str], *, quiet: bool = False):
+        err = self.err = env.err
         self.quiet = quiet
         self._last: dict[str, str] = {}
         self.progress: Progress | None = None
         self.tasks: dict[str, TaskID] = {}
-        if err.is_terminal and not quiet:
+        if env.stderr_isatty and not quiet:
             self.progress = Progress(TextColumn("[bold]{task.fields[host]:<12}"), BarColumn(bar_width=20),
                                      TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                                      transient=False)
@@ -64,17 +63,17 @@ class FleetUI:
             self.err.print(f"{ev.host}: {ev.text}", markup=False, highlight=False)
 
 
-def run(err: Console, hosts: list[HostConfig], pipeline: Pipeline, *, title: str, quiet: bool = False) -> FleetResult:
+def run(env: Environment, hosts: list[HostConfig], pipeline: Pipeline, *, title: str, quiet: bool = False) -> FleetResult:
     """``run_fleet`` with the progress drawn; on Ctrl-C the table of the hosts that ended, then re-raise."""
-    with FleetUI(err, [h.name for h in hosts], quiet=quiet) as ui:
+    with FleetUI(env, [h.name for h in hosts], quiet=quiet) as ui:
         try:
             return run_fleet(hosts, pipeline, on_event=ui, title=title)
         except FleetInterrupted as exc:
-            print_table(err, title, exc.partial.results, quiet)
+            print_table(env, title, exc.partial.results, quiet)
             raise
 
 
-def print_table(err: Console, title: str, results: list[HostResult], quiet: bool = False) -> None:
+def print_table(env: Environment, title: str, results: list[HostResult], quiet: bool = False) -> None:
     if quiet or not results:
         return
     t = Table(title=title, show_lines=False)
@@ -87,24 +86,24 @@ def print_table(err: Console, title: str, results: list[HostResult], quiet: bool
             msg = msg[len(r.host) + 2:]
         t.add_row(r.host, f"[{style}]{r.status}[/]", str(r.files_sent), str(r.bytes_sent), f"{r.seconds:.2f}s",
                   r.deploy_id or "", msg)
-    err.print(t)
+    env.err.print(t)
 
 
-def finish(err: Console, fleet: FleetResult, *, json_mode: bool, quiet: bool = False,
+def finish(env: Environment, fleet: FleetResult, *, json_mode: bool, quiet: bool = False,
            extra: dict[str, Any] | None = None, ok_code: int = ExitCode.OK) -> int:
     """Print the table (stderr) and the JSON (stdout); return the exit code (``ok_code`` when no
     host failed: ``status --strict`` uses it for hosts that answered but need attention)."""
     results = fleet.results
-    print_table(err, fleet.title, results, quiet)
+    print_table(env, fleet.title, results, quiet)
     failed = list(fleet.failed.values())
     code = fleet_exit_code(fleet, ok_code=ok_code)
     for r in failed:
-        print_error(r.message, r.hint)
+        env.print_error(r.message, r.hint)
     if len(results) > 1 and failed:
-        err.print(f"{len(failed)} of {len(results)} hosts failed")
+        env.err.print(f"{len(failed)} of {len(results)} hosts failed")
     if json_mode:
         doc = {"ok": not failed and not code, "exit_code": int(code), "hosts": [r.to_json() for r in results]}
         if extra:
             doc.update(extra)
-        out_json(doc)
+        env.out_json(doc)
     return int(code)
