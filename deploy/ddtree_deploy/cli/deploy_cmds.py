@@ -13,19 +13,20 @@ from rich.table import Table
 
 from ddtree_deploy.cli import fleet_ui
 from ddtree_deploy.cli.console import Environment, env_of
+from ddtree_deploy.cli.conventions import Command, Group
 from ddtree_deploy.errors import UsageError
 
-HostsArg = typer.Argument(None, help="Host names from the inventory.", show_default=False)
+HostsArg = typer.Argument(None, metavar="HOST", help="Host names from the inventory.", show_default=False)
 AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
 InvOpt = typer.Option(None, "--inventory", "-i", envvar="DDTREE_DEPLOY_INVENTORY",
-                      help="Inventory TOML (default: deploy/hosts.toml).")
+                      metavar="FILE", help="Inventory TOML (default: deploy/hosts.toml).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
-BuildOpt = typer.Option(None, "--build", "-b", help="A build directory (manifest.json + files); default: build now.")
+BuildOpt = typer.Option(None, "--build", "-b", metavar="DIR", help="A build directory (manifest.json + files); default: build now.")
 AcceptOpt = typer.Option(False, "--accept-new-host-key",
                          help="Record a host key seen for the first time in that host's known_hosts (a changed key is always refused).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress lines or table (errors still go to stderr).")
 
-lock_app = typer.Typer(help="The deploy lock on a host: `status` shows the holder, `release` frees it.",
+lock_app = typer.Typer(cls=Group, help="The deploy lock on a host: `status` shows the holder, `release` frees it.",
                        no_args_is_help=True)
 
 
@@ -78,9 +79,9 @@ def push(
     accept_new_host_key: bool = AcceptOpt,
     restart: bool = typer.Option(False, "--restart", help="Then run the host's restart_command, wait for health_url, smoke again."),
     no_rollback: bool = typer.Option(False, "--no-rollback", help="With --restart: keep the deploy if the health check fails."),
-    why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the lock and the audit log."),
+    why: Optional[str] = typer.Option(None, "--why", metavar="TEXT", help="Reason, recorded in the lock and the audit log."),
     diff_lines: Optional[int] = typer.Option(
-        None, "--diff-lines", min=0, help="With --dry-run: show at most N lines of each file's diff (default: all)."),
+        None, "--diff-lines", min=0, metavar="N", help="With --dry-run: show at most N lines of each file's diff (default: all)."),
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
@@ -119,7 +120,7 @@ def smoke(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Also use this build's module list."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Also use this build's module list."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
@@ -140,8 +141,8 @@ def rollback(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    to: Optional[str] = typer.Option(None, "--to", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the audit log."),
+    to: Optional[str] = typer.Option(None, "--to", metavar="DEPLOY_ID", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
+    why: Optional[str] = typer.Option(None, "--why", metavar="TEXT", help="Reason, recorded in the audit log."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n",
                                  help="Check every backup and file and say what would be restored; write nothing."),
     force: bool = typer.Option(False, "--force",
@@ -183,7 +184,7 @@ def status(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Compare against this build (default: the host's records only)."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Compare against this build (default: the host's records only)."),
     strict: bool = typer.Option(False, "--strict",
                                 help="Exit 14 when a host is drifted, interrupted or needs a human (for cron and CI)."),
     accept_new_host_key: bool = AcceptOpt,
@@ -232,8 +233,8 @@ def status(
 
 def history(
     ctx: typer.Context,
-    host: str = typer.Argument(..., help="A host name from the inventory."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the last N entries."),
+    host: str = typer.Argument(..., metavar="HOST", help="A host name from the inventory."),
+    limit: Optional[int] = typer.Option(None, "--limit", metavar="N", help="Only the last N entries."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
@@ -253,7 +254,7 @@ def history(
     _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("status", epilog='Example: ddtree-deploy lock status gpu1')
+@lock_app.command("status", cls=Command, epilog='Example: ddtree-deploy lock status gpu1')
 def lock_status(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
@@ -273,10 +274,10 @@ def lock_status(
     _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("release", epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
+@lock_app.command("release", cls=Command, epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
 def lock_release(
     ctx: typer.Context,
-    hosts: List[str] = typer.Argument(..., help="Host names."),
+    hosts: List[str] = typer.Argument(..., metavar="HOST", help="Host names."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show whose lock would be released; write nothing."),
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
@@ -297,7 +298,7 @@ def lock_release(
 def demo(
     ctx: typer.Context,
     keep: bool = typer.Option(False, "--keep", help="Keep the demo's temp directory (and print where)."),
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Push this build (default: build the series)."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Push this build (default: build the series)."),
     full_smoke: bool = typer.Option(True, "--full-smoke/--light-smoke",
                                     help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile."),
 ) -> None:
@@ -316,10 +317,10 @@ _run_cli: Callable[[list[str], Environment], int] = lambda argv, env: 2  # noqa:
 def register(app: typer.Typer, run_cli: Callable[[list[str], Environment], int]) -> None:
     global _run_cli
     _run_cli = run_cli
-    app.command("push", epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
-    app.command("smoke", epilog='Example: ddtree-deploy smoke gpu1')(smoke)
-    app.command("rollback", epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
-    app.command("status", epilog='Example: ddtree-deploy status --all --strict')(status)
-    app.command("history", epilog='Example: ddtree-deploy history gpu1')(history)
+    app.command("push", cls=Command, epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
+    app.command("smoke", cls=Command, epilog='Example: ddtree-deploy smoke gpu1')(smoke)
+    app.command("rollback", cls=Command, epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
+    app.command("status", cls=Command, epilog='Example: ddtree-deploy status --all --strict')(status)
+    app.command("history", cls=Command, epilog='Example: ddtree-deploy history gpu1')(history)
     app.add_typer(lock_app, name="lock")
-    app.command("demo", epilog='Example: ddtree-deploy demo --light-smoke')(demo)
+    app.command("demo", cls=Command, epilog='Example: ddtree-deploy demo --light-smoke')(demo)

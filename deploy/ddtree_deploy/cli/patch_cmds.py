@@ -18,6 +18,7 @@ from ddtree_deploy.build.build import (
     check as check_series,
 )
 from ddtree_deploy.cli.console import env_of
+from ddtree_deploy.cli.conventions import Command, Group
 from ddtree_deploy.errors import UsageError
 from ddtree_deploy.patches import authoring
 from ddtree_deploy.patches.series import load_series
@@ -25,15 +26,17 @@ from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
 from ddtree_deploy.pin import snapshot as snap
 from ddtree_deploy.pin.pin import load_pin
 
-SeriesOpt = typer.Option(None, "--series", help="Series directory (default: patches/sglang-<pinned version>).")
-PinOpt = typer.Option(None, "--pin", help="Pin file (default: snapshot/sglang-<version>.toml).")
+SeriesOpt = typer.Option(None, "--series", metavar="DIR", help="Series directory (default: patches/sglang-<pinned version>).")
+PinOpt = typer.Option(None, "--pin", metavar="FILE", help="Pin file (default: snapshot/sglang-<version>.toml).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
 
 snapshot_app = typer.Typer(
+    cls=Group,
     help="The pinned SGLang snapshot: fetch the wheel from PyPI, verify it, unpack it into the cache.",
     no_args_is_help=True,
 )
 patches_app = typer.Typer(
+    cls=Group,
     help="Author the series with git: `edit` makes a work tree (one commit per patch), `refresh` writes it back.",
     no_args_is_help=True,
 )
@@ -74,12 +77,12 @@ def _pin_arg(pin: Optional[Path]):
     return load_pin(_existing_file(pin, "--pin")) if pin else True
 
 
-@snapshot_app.command("fetch", epilog='Example: ddtree-deploy snapshot fetch')
+@snapshot_app.command("fetch", cls=Command, epilog='Example: ddtree-deploy snapshot fetch')
 def snapshot_fetch(
     ctx: typer.Context,
-    wheel: Optional[Path] = typer.Option(None, "--wheel", help="Use this local wheel file instead of downloading."),
+    wheel: Optional[Path] = typer.Option(None, "--wheel", metavar="FILE", help="Use this local wheel file instead of downloading."),
     python_version: Optional[str] = typer.Option(
-        None, "--python-version", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."),
+        None, "--python-version", metavar="X.Y", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> None:
@@ -97,7 +100,7 @@ def snapshot_fetch(
         env.out_line(str(s.root))
 
 
-@snapshot_app.command("verify", epilog='Example: ddtree-deploy snapshot verify --json')
+@snapshot_app.command("verify", cls=Command, epilog='Example: ddtree-deploy snapshot verify --json')
 def snapshot_verify(ctx: typer.Context, pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
     """Re-hash the cached snapshot's pinned files against the pin."""
     env = env_of(ctx)
@@ -109,14 +112,14 @@ def snapshot_verify(ctx: typer.Context, pin: Optional[Path] = PinOpt, json_: boo
         env.out_json({"ok": True, "root": str(s.root), "verified": verified})
 
 
-@snapshot_app.command("path", epilog='Example: ls "$(ddtree-deploy snapshot path)/sglang"')
+@snapshot_app.command("path", cls=Command, epilog='Example: ls "$(ddtree-deploy snapshot path)/sglang"')
 def snapshot_path(ctx: typer.Context, pin: Optional[Path] = PinOpt) -> None:
     """Print the cached snapshot's directory (the one that contains sglang/)."""
     env = env_of(ctx)
     env.out_line(str(snap.find_snapshot(_pin(pin)).root))
 
 
-@snapshot_app.command("pin", epilog='Example: ddtree-deploy snapshot pin --dry-run')
+@snapshot_app.command("pin", cls=Command, epilog='Example: ddtree-deploy snapshot pin --dry-run')
 def snapshot_pin(
     ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
@@ -147,7 +150,7 @@ def check_cmd(
     ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
     against: Optional[Path] = typer.Option(
-        None, "--against", help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot."),
+        None, "--against", metavar="DIR", help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot."),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> int:
@@ -177,9 +180,9 @@ def check_cmd(
 
 def build_cmd(
     ctx: typer.Context,
-    out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", help="Output directory (replaced whole)."),
+    out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", metavar="DIR", help="Output directory (replaced whole)."),
     series: Optional[Path] = SeriesOpt,
-    against: Optional[Path] = typer.Option(None, "--against", help="Build on this pristine tree instead of the snapshot."),
+    against: Optional[Path] = typer.Option(None, "--against", metavar="DIR", help="Build on this pristine tree instead of the snapshot."),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> None:
@@ -193,10 +196,10 @@ def build_cmd(
     env.err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
 
 
-@patches_app.command("edit", epilog='Example: ddtree-deploy patches edit --work .work/series')
+@patches_app.command("edit", cls=Command, epilog='Example: ddtree-deploy patches edit --work .work/series')
 def patches_edit(
     ctx: typer.Context,
-    work: Path = typer.Option(None, "--work", help="Work tree to create (default: .work/sglang in the repo)."),
+    work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree to create (default: .work/sglang in the repo)."),
     series: Optional[Path] = SeriesOpt,
     force: bool = typer.Option(False, "--force", help="Replace an existing work tree (its edits are lost)."),
 ) -> None:
@@ -212,10 +215,10 @@ def patches_edit(
               "`ddtree-deploy patches refresh`")
 
 
-@patches_app.command("refresh", epilog='Example: ddtree-deploy patches refresh --work .work/series')
+@patches_app.command("refresh", cls=Command, epilog='Example: ddtree-deploy patches refresh --work .work/series')
 def patches_refresh(
     ctx: typer.Context,
-    work: Path = typer.Option(None, "--work", help="Work tree made by `patches edit` (default: .work/sglang)."),
+    work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree made by `patches edit` (default: .work/sglang)."),
     series: Optional[Path] = SeriesOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
     json_: bool = JsonOpt,
@@ -250,7 +253,7 @@ def patches_refresh(
                   "series_rewritten": res.series_rewritten, "dry_run": dry_run})
 
 
-@patches_app.command("list", epilog='Example: ddtree-deploy patches list | cut -f3 | sort -u')
+@patches_app.command("list", cls=Command, epilog='Example: ddtree-deploy patches list | cut -f3 | sort -u')
 def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
     """List the series: each patch, its sha256 and the files it touches."""
     env = env_of(ctx)
@@ -268,6 +271,6 @@ def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("check", epilog='Example: ddtree-deploy check --json')(check_cmd)
-    app.command("build", epilog='Example: ddtree-deploy build --out build/sglang-0.5.23')(build_cmd)
+    app.command("check", cls=Command, epilog='Example: ddtree-deploy check --json')(check_cmd)
+    app.command("build", cls=Command, epilog='Example: ddtree-deploy build --out build/sglang-0.5.23')(build_cmd)
     app.add_typer(patches_app, name="patches")
