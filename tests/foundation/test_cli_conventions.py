@@ -301,3 +301,32 @@ def test_shell_completion_shows_installs_and_completes(tmp_path):
                            env={**env, "_DDTREE_DEPLOY_COMPLETE": "complete_bash", "COMP_WORDS": words,
                                 "COMP_CWORD": cword}, cwd=REPO)
         assert set(r.stdout.split()) == want, (words, r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("answer", ["n\n", "", "yes please\n"])
+def test_rollback_to_pristine_question_is_asked_on_the_environment_and_no_means_no(tmp_path, answer):
+    import io
+
+    from ddtree_deploy.cli import main
+
+    inv = _two_host_inventory(tmp_path)
+    env = _io_env(stdin_isatty=True)
+    env.stdin = io.StringIO(answer)
+    assert main(["rollback", "--all", "--to", "pristine", "--inventory", str(inv)], env=env) == 2
+    err = env.stderr.getvalue()
+    assert err.startswith("roll 2 hosts (a, b) back to pristine, undoing every deploy on each? [y/N]: ")
+    assert "error: rollback cancelled; nothing was changed" in err and "connecting" not in err
+
+
+def test_rollback_to_pristine_goes_on_after_yes(tmp_path):
+    import io
+
+    from ddtree_deploy.cli import main
+
+    inv = _two_host_inventory(tmp_path)
+    env = _io_env(stdin_isatty=True)
+    env.stdin = io.StringIO("y\n")
+    code = main(["rollback", "--all", "--to", "pristine", "--inventory", str(inv)], env=env)
+    err = env.stderr.getvalue()
+    assert code not in (0, 2), err  # it went on to the hosts (closed loopback ports: unreachable)
+    assert "[y/N]: " in err and "cancelled" not in err and "a: connecting" in err

@@ -77,6 +77,13 @@ class Environment:
         self.stdout.write(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
         self.stdout.flush()
 
+    def confirm(self, question: str) -> bool:
+        """Ask a yes/no question on stderr and read the answer from stdin; anything but y/yes is no
+        (so is end of input: Ctrl-D)."""
+        self.stderr.write(f"{question} [y/N]: ")
+        self.stderr.flush()
+        return self.stdin.readline().strip().lower() in ("y", "yes")
+
     def out_line(self, text: str) -> None:
         """Print one line of data on stdout (not decorated, safe to pipe)."""
         self.stdout.write(text + "\n")

@@ -6,7 +6,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional
 
 import typer
 from rich.table import Table
@@ -15,6 +15,9 @@ from ddtree_deploy.cli import fleet_ui
 from ddtree_deploy.cli.console import Environment, env_of
 from ddtree_deploy.cli.conventions import Command, Group
 from ddtree_deploy.errors import UsageError
+
+if TYPE_CHECKING:
+    from ddtree_deploy.remote.hostops import BuildSet
 
 HostsArg = typer.Argument(None, metavar="HOST", help="Host names from the inventory.", show_default=False)
 AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
@@ -37,7 +40,7 @@ def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
 
 
 @contextmanager
-def _build_set(env: Environment, build_dir: Optional[Path]) -> Iterator[object]:
+def _build_set(env: Environment, build_dir: Optional[Path]) -> Iterator[BuildSet]:
     """The build to push: ``--build DIR``, else a fresh build of the repo's series in a temp dir."""
     from ddtree_deploy.remote.hostops import load_build
 
@@ -49,7 +52,7 @@ def _build_set(env: Environment, build_dir: Optional[Path]) -> Iterator[object]:
 
 
 @contextmanager
-def _fresh_build(env: Environment) -> Iterator[object]:
+def _fresh_build(env: Environment) -> Iterator[BuildSet]:
     from ddtree_deploy.build.build import build
     from ddtree_deploy.paths import cache_dir
     from ddtree_deploy.remote.hostops import load_build
@@ -176,7 +179,7 @@ def _confirm_pristine(env: Environment, names: List[str]) -> None:
     if not env.stdin_isatty:
         raise UsageError(f"refusing to {what} without confirmation (stdin is not a terminal)",
                          hint="add --yes (or check first with --dry-run)")
-    if not typer.confirm(f"{what}?", default=False, err=True):
+    if not env.confirm(f"{what}?"):
         raise UsageError("rollback cancelled; nothing was changed", hint="add --yes to skip the question")
 
 
