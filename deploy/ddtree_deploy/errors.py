@@ -29,7 +29,7 @@ Exit codes (keep in sync with the README's table):
 from __future__ import annotations
 
 from enum import IntEnum
-from typing import Any
+from typing import Any, Mapping, Protocol
 
 from ddtree_deploy.remote.protocol import ErrorKind
 
@@ -293,3 +293,33 @@ class EmptyPatchError(PatchParseError):
 
 EXIT_UNEXPECTED = ExitCode.UNEXPECTED
 EXIT_INTERRUPTED = ExitCode.INTERRUPTED
+
+
+# --- the exit code of a run over several hosts ------------------------------------------------------
+
+
+class _HostOutcome(Protocol):
+    @property
+    def exit_code(self) -> int: ...
+
+
+class FleetOutcome(Protocol):
+    """What :func:`fleet_exit_code` reads (``remote.fleet.FleetResult`` is one)."""
+
+    @property
+    def failed(self) -> Mapping[str, _HostOutcome]: ...
+
+    def __len__(self) -> int: ...
+
+
+def fleet_exit_code(fleet: FleetOutcome, *, ok_code: int = ExitCode.OK) -> ExitCode:
+    """The one rule for a run over hosts: no host failed -> ``ok_code`` (``status --strict`` passes
+    ATTENTION); a host interrupted -> INTERRUPTED; one host asked -> its own code; several -> PARTIAL."""
+    failed = list(fleet.failed.values())
+    if not failed:
+        return ExitCode(ok_code)
+    if any(r.exit_code == ExitCode.INTERRUPTED for r in failed):
+        return ExitCode.INTERRUPTED
+    if len(fleet) == 1:
+        return ExitCode(failed[0].exit_code)
+    return PartialFailureError.exit_code

@@ -201,18 +201,22 @@ def fleet(tmp_path, light_site):
     f.stop()
 
 
-@pytest.fixture
-def cli(capsys):
-    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+def run_in_process(*args: str, **env_kw: Any) -> tuple[int, str, str]:
+    """Run the CLI in-process on an Environment of StringIO streams: (exit code, stdout, stderr)."""
+    import io
+
     from ddtree_deploy.cli import main
+    from ddtree_deploy.cli.console import Environment
 
-    def run(*args: str):
-        capsys.readouterr()
-        code = main([str(a) for a in args])
-        o = capsys.readouterr()
-        return code, o.out, o.err
+    env = Environment(stdin=io.StringIO(), stdout=io.StringIO(), stderr=io.StringIO(), **env_kw)
+    code = main([str(a) for a in args], env=env)
+    return code, env.stdout.getvalue(), env.stderr.getvalue()  # type: ignore[attr-defined]
 
-    return run
+
+@pytest.fixture
+def cli():
+    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+    return run_in_process
 
 
 def cli_subprocess(args: list[str], env_extra: dict[str, str] | None = None, **kw) -> subprocess.Popen:

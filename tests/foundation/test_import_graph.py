@@ -93,3 +93,46 @@ def test_the_graph_is_the_real_one():
 def test_no_import_cycles():
     cycle = find_cycle(import_graph())
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
+
+
+# --- remote/ draws nothing (issue 13 item 1) -----------------------------------------------------------
+
+REMOTE_DIR = PKG_DIR / "remote"
+# agent.py runs on the host: its stdout is the wire (``DDTREE-EVENT``/``DDTREE-RESULT`` lines), not a UI.
+WIRE_WRITERS = {"agent.py"}
+
+
+def ui_uses(path: Path) -> list[str]:
+    """Every rich/typer/click import, import of ``ddtree_deploy.cli``, ``print(`` call and
+    ``sys.stdout``/``sys.stderr`` use in one file, as ``file:line: what``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            names = [node.module or ""]
+        for n in names:
+            if n.split(".")[0] in ("rich", "typer", "click") or n.startswith(f"{PKG}.cli"):
+                found.append(f"{path.name}:{node.lineno}: import {n}")
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
+            found.append(f"{path.name}:{node.lineno}: print(")
+        if (isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr") and isinstance(node.value, ast.Name)
+                and node.value.id == "sys" and path.name not in WIRE_WRITERS):
+            found.append(f"{path.name}:{node.lineno}: sys.{node.attr}")
+    return found
+
+
+def test_ui_uses_sees_each_kind(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import sys\nfrom rich.table import Table\nimport ddtree_deploy.cli.console\nprint('x')\n"
+                 "sys.stderr.write('y')\nS = 'print(1)'\n")
+    assert [u.split(": ", 1)[1] for u in ui_uses(p)] == [
+        "import rich.table", "import ddtree_deploy.cli.console", "print(", "sys.stderr"]
+
+
+def test_remote_draws_and_prints_nothing():
+    files = sorted(REMOTE_DIR.glob("*.py"))
+    assert {"fleet.py", "push.py", "hostops.py", "agent.py"} <= {p.name for p in files}
+    found = [u for p in files for u in ui_uses(p)]
+    assert not found, "remote/ must report through events and return results, not draw: " + "; ".join(found)

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ddtree_deploy.cli.console import err
+from ddtree_deploy.cli.console import Environment
 from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
 
@@ -29,9 +29,11 @@ def _deps_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "orjson", "pydantic"))
 
 
-def run_demo(main: Callable[[list[str]], int], *, keep: bool = False, build_dir: Path | None = None,
+def run_demo(main: Callable[[list[str]], int], env: Environment, *, keep: bool = False, build_dir: Path | None = None,
              full_smoke: bool = True) -> int:
-    """Run the demo, driving the CLI through ``main`` (the CLI's entry point, injected by the caller)."""
+    """Run the demo, driving the CLI through ``main`` (the CLI's entry point, injected by the caller);
+    the narration goes to ``env``'s stderr."""
+    err = env.err
     from ddtree_deploy.pin import snapshot
 
     why = sshd_available()

@@ -6,25 +6,30 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, List, Optional
+from typing import TYPE_CHECKING, Callable, Iterator, List, Optional
 
 import typer
 from rich.table import Table
 
-from ddtree_deploy.cli.console import err, out_line
+from ddtree_deploy.cli import fleet_ui
+from ddtree_deploy.cli.console import Environment, env_of
+from ddtree_deploy.cli.conventions import Command, Group
 from ddtree_deploy.errors import UsageError
 
-HostsArg = typer.Argument(None, help="Host names from the inventory.", show_default=False)
+if TYPE_CHECKING:
+    from ddtree_deploy.remote.hostops import BuildSet
+
+HostsArg = typer.Argument(None, metavar="HOST", help="Host names from the inventory.", show_default=False)
 AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
 InvOpt = typer.Option(None, "--inventory", "-i", envvar="DDTREE_DEPLOY_INVENTORY",
-                      help="Inventory TOML (default: deploy/hosts.toml).")
+                      metavar="FILE", help="Inventory TOML (default: deploy/hosts.toml).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
-BuildOpt = typer.Option(None, "--build", "-b", help="A build directory (manifest.json + files); default: build now.")
+BuildOpt = typer.Option(None, "--build", "-b", metavar="DIR", help="A build directory (manifest.json + files); default: build now.")
 AcceptOpt = typer.Option(False, "--accept-new-host-key",
                          help="Record a host key seen for the first time in that host's known_hosts (a changed key is always refused).")
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress lines or table (errors still go to stderr).")
 
-lock_app = typer.Typer(help="The deploy lock on a host: `status` shows the holder, `release` frees it.",
+lock_app = typer.Typer(cls=Group, help="The deploy lock on a host: `status` shows the holder, `release` frees it.",
                        no_args_is_help=True)
 
 
@@ -35,19 +40,19 @@ def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
 
 
 @contextmanager
-def _build_set(build_dir: Optional[Path]) -> Iterator[object]:
+def _build_set(env: Environment, build_dir: Optional[Path]) -> Iterator[BuildSet]:
     """The build to push: ``--build DIR``, else a fresh build of the repo's series in a temp dir."""
     from ddtree_deploy.remote.hostops import load_build
 
     if build_dir is not None:
         yield load_build(build_dir)
         return
-    with _fresh_build() as bs:
+    with _fresh_build(env) as bs:
         yield bs
 
 
 @contextmanager
-def _fresh_build() -> Iterator[object]:
+def _fresh_build(env: Environment) -> Iterator[BuildSet]:
     from ddtree_deploy.build.build import build
     from ddtree_deploy.paths import cache_dir
     from ddtree_deploy.remote.hostops import load_build
@@ -56,7 +61,7 @@ def _fresh_build() -> Iterator[object]:
     base.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="build-", dir=base))
     try:
-        err.print(f"building the series into {tmp} ...")
+        env.err.print(f"building the series into {tmp} ...")
         build(tmp)
         yield load_build(tmp)
     finally:
@@ -69,6 +74,7 @@ def _exit(code: int) -> None:
 
 
 def push(
+    ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
     build_dir: Optional[Path] = BuildOpt,
@@ -76,9 +82,9 @@ def push(
     accept_new_host_key: bool = AcceptOpt,
     restart: bool = typer.Option(False, "--restart", help="Then run the host's restart_command, wait for health_url, smoke again."),
     no_rollback: bool = typer.Option(False, "--no-rollback", help="With --restart: keep the deploy if the health check fails."),
-    why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the lock and the audit log."),
+    why: Optional[str] = typer.Option(None, "--why", metavar="TEXT", help="Reason, recorded in the lock and the audit log."),
     diff_lines: Optional[int] = typer.Option(
-        None, "--diff-lines", min=0, help="With --dry-run: show at most N lines of each file's diff (default: all)."),
+        None, "--diff-lines", min=0, metavar="N", help="With --dry-run: show at most N lines of each file's diff (default: all)."),
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
@@ -87,7 +93,7 @@ def push(
 
     Any failure after the first write restores the host from its backup and verifies it (exit 8).
     """
-    from ddtree_deploy.remote.fleet import finish, run_fleet
+    env = env_of(ctx)
     from ddtree_deploy.remote.hostops import test_hooks
     from ddtree_deploy.remote.push import PushOptions, push_pipeline
 
@@ -95,49 +101,51 @@ def push(
     hs = _hosts(inventory, hosts, all_)
     if no_rollback and not restart:
         raise UsageError("--no-rollback only applies together with --restart")
-    with _build_set(build_dir) as bs:
+    with _build_set(env, build_dir) as bs:
         opts = PushOptions(dry_run=dry_run, accept_new_host_key=accept_new_host_key, restart=restart,
                            no_rollback=no_rollback, why=why)
         title = f"{'dry run: ' if dry_run else ''}push {bs.series_id}"
-        results = run_fleet(hs, push_pipeline(bs, opts), title=title, quiet=quiet)
+        results = fleet_ui.run(env, hs, push_pipeline(bs, opts), title=title, quiet=quiet)
         if dry_run and not json_:
             for r in results:
                 for path, diff in (r.data.get("diffs") or {}).items():
-                    out_line(f"# {r.host}: {path}")
+                    env.out_line(f"# {r.host}: {path}")
                     lines = diff.rstrip("\n").split("\n") if diff else []
                     if diff_lines is not None and len(lines) > diff_lines:
                         lines = lines[:diff_lines] + [f"# ... {len(lines) - diff_lines} more diff line(s)"]
                     if lines:
-                        out_line("\n".join(lines))
-        code = finish(title, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
+                        env.out_line("\n".join(lines))
+        code = fleet_ui.finish(env, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
     _exit(code)
 
 
 def smoke(
+    ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Also use this build's module list."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Also use this build's module list."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Re-run py_compile + the smoke import on what is deployed (changes nothing; exit 12 if it fails)."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
+    env = env_of(ctx)
     from ddtree_deploy.remote.hostops import load_build
     from ddtree_deploy.remote.push import smoke_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     bs = load_build(build_dir) if build_dir else None
-    results = run_fleet(hs, smoke_pipeline(bs, accept_new_host_key), title="smoke", quiet=quiet)
-    _exit(finish("smoke", results, json_mode=json_, quiet=quiet))
+    results = fleet_ui.run(env, hs, smoke_pipeline(bs, accept_new_host_key), title="smoke", quiet=quiet)
+    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=quiet))
 
 
 def rollback(
+    ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    to: Optional[str] = typer.Option(None, "--to", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
-    why: Optional[str] = typer.Option(None, "--why", help="Reason, recorded in the audit log."),
+    to: Optional[str] = typer.Option(None, "--to", metavar="DEPLOY_ID", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
+    why: Optional[str] = typer.Option(None, "--why", metavar="TEXT", help="Reason, recorded in the audit log."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n",
                                  help="Check every backup and file and say what would be restored; write nothing."),
     force: bool = typer.Option(False, "--force",
@@ -154,33 +162,32 @@ def rollback(
     Every backup and every current file is checked before the first write: a broken backup (exit 9) or
     a file edited on the host since the deploy (exit 6, unless --force) refuses with the host untouched.
     """
-    from ddtree_deploy.remote.fleet import finish, run_fleet
+    env = env_of(ctx)
     from ddtree_deploy.remote.push import rollback_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     if to == "pristine" and len(hs) > 1 and not dry_run and not yes:
-        _confirm_pristine([h.name for h in hs])
-    results = run_fleet(hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
+        _confirm_pristine(env, [h.name for h in hs])
+    results = fleet_ui.run(env, hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
                         title="dry run: rollback" if dry_run else "rollback", quiet=quiet)
-    _exit(finish("rollback", results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
+    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
 
 
-def _confirm_pristine(names: List[str]) -> None:
+def _confirm_pristine(env: Environment, names: List[str]) -> None:
     """Several hosts back to pristine undoes every deploy on each: ask on a terminal, else demand --yes."""
-    import sys
-
     what = f"roll {len(names)} hosts ({', '.join(names)}) back to pristine, undoing every deploy on each"
-    if not sys.stdin.isatty():
+    if not env.stdin_isatty:
         raise UsageError(f"refusing to {what} without confirmation (stdin is not a terminal)",
                          hint="add --yes (or check first with --dry-run)")
-    if not typer.confirm(f"{what}?", default=False, err=True):
+    if not env.confirm(f"{what}?"):
         raise UsageError("rollback cancelled; nothing was changed", hint="add --yes to skip the question")
 
 
 def status(
+    ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Compare against this build (default: the host's records only)."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Compare against this build (default: the host's records only)."),
     strict: bool = typer.Option(False, "--strict",
                                 help="Exit 14 when a host is drifted, interrupted or needs a human (for cron and CI)."),
     accept_new_host_key: bool = AcceptOpt,
@@ -191,14 +198,14 @@ def status(
 
     Exit 0 when every host answered; with --strict, exit 14 when any host needs attention.
     """
+    env = env_of(ctx)
     from ddtree_deploy.errors import AttentionError
-    from ddtree_deploy.remote.fleet import finish, run_fleet
     from ddtree_deploy.remote.hostops import load_build
     from ddtree_deploy.remote.push import status_pipeline
 
     hs = _hosts(inventory, hosts, all_)
     bs = load_build(build_dir) if build_dir else None
-    results = run_fleet(hs, status_pipeline(bs, accept_new_host_key), title="status", quiet=True)
+    results = fleet_ui.run(env, hs, status_pipeline(bs, accept_new_host_key), title="status", quiet=True)
     if not json_:
         for r in results:
             if not r.ok:
@@ -210,108 +217,113 @@ def status(
             for f in st["files"]:
                 color = {"pristine": "cyan", "patched": "green", "ours": "green"}.get(f["state"], "red")
                 t.add_row(f["path"], f"[{color}]{f['state']}[/]", f["series"] or "", (f["sha256"] or "(absent)")[:16])
-            err.print(t)
+            env.err.print(t)
             lk = st.get("lock")
-            err.print(f"lock: {'held by ' + str(lk.get('who')) + ' (' + str(lk.get('deploy_id')) + ')' if lk else 'free'}")
+            env.err.print(f"lock: {'held by ' + str(lk.get('who')) + ' (' + str(lk.get('deploy_id')) + ')' if lk else 'free'}")
             ld = st.get("last_deploy")
-            err.print(f"last deploy: {ld['deploy_id'] + ' ' + ld['status'] + ' ' + str(ld.get('series_id')) if ld else 'none'}")
+            env.err.print(f"last deploy: {ld['deploy_id'] + ' ' + ld['status'] + ' ' + str(ld.get('series_id')) if ld else 'none'}")
             if st.get("interrupted"):
-                err.print(f"[bold red]interrupted deploy {st['interrupted'][-1]}[/]: run `ddtree-deploy rollback {r.host}`")
-            out_line(f"{r.host}\t{r.message}")
+                env.err.print(f"[bold red]interrupted deploy {st['interrupted'][-1]}[/]: run `ddtree-deploy rollback {r.host}`")
+            env.out_line(f"{r.host}\t{r.message}")
     attention = [r for r in results if r.ok and r.status == "attention"]
     if strict:
         for r in attention:
-            err.print(f"{r.host}: needs attention: {r.message}", markup=False, highlight=False)
-    code = finish("status", results, json_mode=json_, quiet=True, extra={"attention": [r.host for r in attention]},
+            env.err.print(f"{r.host}: needs attention: {r.message}", markup=False, highlight=False)
+    code = fleet_ui.finish(env, results, json_mode=json_, quiet=True, extra={"attention": [r.host for r in attention]},
                   ok_code=AttentionError.exit_code if strict and attention else 0)
     _exit(code)
 
 
 def history(
-    host: str = typer.Argument(..., help="A host name from the inventory."),
-    limit: Optional[int] = typer.Option(None, "--limit", help="Only the last N entries."),
+    ctx: typer.Context,
+    host: str = typer.Argument(..., metavar="HOST", help="A host name from the inventory."),
+    limit: Optional[int] = typer.Option(None, "--limit", metavar="N", help="Only the last N entries."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """The host's audit log: one line per deploy, rollback and lock release."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
+    env = env_of(ctx)
     from ddtree_deploy.remote.push import history_pipeline
 
     hs = _hosts(inventory, [host], False)
-    results = run_fleet(hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
-    r = results[0]
+    results = fleet_ui.run(env, hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
+    r = results.results[0]
     if r.ok and not json_:
         for e in r.data["entries"]:
             target = e.get("undo") or ""
-            out_line("\t".join(str(x) for x in (e.get("time"), e.get("op"), e.get("deploy_id"), e.get("who"),
+            env.out_line("\t".join(str(x) for x in (e.get("time"), e.get("op"), e.get("deploy_id"), e.get("who"),
                                                  e.get("series_id") or "", target, e.get("result"))))
-    _exit(finish("history", results, json_mode=json_, quiet=True))
+    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("status", epilog='Example: ddtree-deploy lock status gpu1')
+@lock_app.command("status", cls=Command, epilog='Example: ddtree-deploy lock status gpu1')
 def lock_status(
+    ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Who holds the deploy lock on each host (who/when/why/deploy id, and whether it is alive)."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
+    env = env_of(ctx)
     from ddtree_deploy.remote.push import lock_pipeline
 
-    results = run_fleet(_hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
+    results = fleet_ui.run(env, _hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
     if not json_:
         for r in results:
             if r.ok:
-                out_line(f"{r.host}\t{r.status}\t{r.message}")
-    _exit(finish("lock", results, json_mode=json_, quiet=True))
+                env.out_line(f"{r.host}\t{r.status}\t{r.message}")
+    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("release", epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
+@lock_app.command("release", cls=Command, epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
 def lock_release(
-    hosts: List[str] = typer.Argument(..., help="Host names."),
+    ctx: typer.Context,
+    hosts: List[str] = typer.Argument(..., metavar="HOST", help="Host names."),
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show whose lock would be released; write nothing."),
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Free a deploy lock left behind (recorded in the audit log). Check `status` first."""
-    from ddtree_deploy.remote.fleet import finish, run_fleet
+    env = env_of(ctx)
     from ddtree_deploy.remote.push import lock_pipeline
 
-    results = run_fleet(_hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
+    results = fleet_ui.run(env, _hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
                         title="lock release", quiet=True)
     if not json_:
         for r in results:
             if r.ok:
-                out_line(f"{r.host}\t{r.status}\t{r.message}")
-    _exit(finish("lock release", results, json_mode=json_, quiet=True))
+                env.out_line(f"{r.host}\t{r.status}\t{r.message}")
+    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
 def demo(
+    ctx: typer.Context,
     keep: bool = typer.Option(False, "--keep", help="Keep the demo's temp directory (and print where)."),
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", help="Push this build (default: build the series)."),
+    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Push this build (default: build the series)."),
     full_smoke: bool = typer.Option(True, "--full-smoke/--light-smoke",
                                     help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile."),
 ) -> None:
     """Start a throwaway loopback sshd host with the pinned SGLang, then push -> status -> smoke -> rollback."""
+    env = env_of(ctx)
     from ddtree_deploy.cli.demo import run_demo
 
-    _exit(run_demo(_run_cli, keep=keep, build_dir=build_dir, full_smoke=full_smoke))
+    _exit(run_demo(lambda argv: _run_cli(argv, env), env, keep=keep, build_dir=build_dir, full_smoke=full_smoke))
 
 
 # The CLI entry point, handed in by ``cli/__init__`` at registration: the demo drives the real CLI
 # without importing ``ddtree_deploy.cli`` (which would be an import cycle).
-_run_cli: Callable[[list[str]], int] = lambda argv: 2  # noqa: E731  (replaced by register)
+_run_cli: Callable[[list[str], Environment], int] = lambda argv, env: 2  # noqa: E731  (replaced by register)
 
 
-def register(app: typer.Typer, run_cli: Callable[[list[str]], int]) -> None:
+def register(app: typer.Typer, run_cli: Callable[[list[str], Environment], int]) -> None:
     global _run_cli
     _run_cli = run_cli
-    app.command("push", epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
-    app.command("smoke", epilog='Example: ddtree-deploy smoke gpu1')(smoke)
-    app.command("rollback", epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
-    app.command("status", epilog='Example: ddtree-deploy status --all --strict')(status)
-    app.command("history", epilog='Example: ddtree-deploy history gpu1')(history)
+    app.command("push", cls=Command, epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
+    app.command("smoke", cls=Command, epilog='Example: ddtree-deploy smoke gpu1')(smoke)
+    app.command("rollback", cls=Command, epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
+    app.command("status", cls=Command, epilog='Example: ddtree-deploy status --all --strict')(status)
+    app.command("history", cls=Command, epilog='Example: ddtree-deploy history gpu1')(history)
     app.add_typer(lock_app, name="lock")
-    app.command("demo", epilog='Example: ddtree-deploy demo --light-smoke')(demo)
+    app.command("demo", cls=Command, epilog='Example: ddtree-deploy demo --light-smoke')(demo)

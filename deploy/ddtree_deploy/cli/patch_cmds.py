@@ -17,7 +17,8 @@ from ddtree_deploy.build.build import (
 from ddtree_deploy.build.build import (
     check as check_series,
 )
-from ddtree_deploy.cli.console import err, out_json, out_line, print_error
+from ddtree_deploy.cli.console import env_of
+from ddtree_deploy.cli.conventions import Command, Group
 from ddtree_deploy.errors import UsageError
 from ddtree_deploy.patches import authoring
 from ddtree_deploy.patches.series import load_series
@@ -25,15 +26,17 @@ from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
 from ddtree_deploy.pin import snapshot as snap
 from ddtree_deploy.pin.pin import load_pin
 
-SeriesOpt = typer.Option(None, "--series", help="Series directory (default: patches/sglang-<pinned version>).")
-PinOpt = typer.Option(None, "--pin", help="Pin file (default: snapshot/sglang-<version>.toml).")
+SeriesOpt = typer.Option(None, "--series", metavar="DIR", help="Series directory (default: patches/sglang-<pinned version>).")
+PinOpt = typer.Option(None, "--pin", metavar="FILE", help="Pin file (default: snapshot/sglang-<version>.toml).")
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
 
 snapshot_app = typer.Typer(
+    cls=Group,
     help="The pinned SGLang snapshot: fetch the wheel from PyPI, verify it, unpack it into the cache.",
     no_args_is_help=True,
 )
 patches_app = typer.Typer(
+    cls=Group,
     help="Author the series with git: `edit` makes a work tree (one commit per patch), `refresh` writes it back.",
     no_args_is_help=True,
 )
@@ -74,51 +77,57 @@ def _pin_arg(pin: Optional[Path]):
     return load_pin(_existing_file(pin, "--pin")) if pin else True
 
 
-@snapshot_app.command("fetch", epilog='Example: ddtree-deploy snapshot fetch')
+@snapshot_app.command("fetch", cls=Command, epilog='Example: ddtree-deploy snapshot fetch')
 def snapshot_fetch(
-    wheel: Optional[Path] = typer.Option(None, "--wheel", help="Use this local wheel file instead of downloading."),
+    ctx: typer.Context,
+    wheel: Optional[Path] = typer.Option(None, "--wheel", metavar="FILE", help="Use this local wheel file instead of downloading."),
     python_version: Optional[str] = typer.Option(
-        None, "--python-version", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."),
+        None, "--python-version", metavar="X.Y", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> None:
     """Download the pinned wheel (pip, no deps), check its sha256, unpack sglang/ into the cache."""
+    env = env_of(ctx)
     p = _pin(pin)
-    err.print(f"fetching {p.requirement} into {cache_dir()} ...")
+    env.err.print(f"fetching {p.requirement} into {cache_dir()} ...")
     s = snap.fetch(p, wheel=wheel, python_version=python_version)
     verified = snap.verify_tree(p, s.root)
-    err.print(f"[green]ok[/] {s.wheel.filename} sha256 verified; {len(verified)} pinned file(s) verified")
+    env.err.print(f"[green]ok[/] {s.wheel.filename} sha256 verified; {len(verified)} pinned file(s) verified")
     if json_:
-        out_json({"ok": True, "wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root),
+        env.out_json({"ok": True, "wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root),
                   "verified": verified})
     else:
-        out_line(str(s.root))
+        env.out_line(str(s.root))
 
 
-@snapshot_app.command("verify", epilog='Example: ddtree-deploy snapshot verify --json')
-def snapshot_verify(pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
+@snapshot_app.command("verify", cls=Command, epilog='Example: ddtree-deploy snapshot verify --json')
+def snapshot_verify(ctx: typer.Context, pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
     """Re-hash the cached snapshot's pinned files against the pin."""
+    env = env_of(ctx)
     p = _pin(pin)
     s = snap.find_snapshot(p)
     verified = snap.verify_tree(p, s.root)
-    err.print(f"[green]ok[/] {len(verified)} pinned file(s) match {p.path}")
+    env.err.print(f"[green]ok[/] {len(verified)} pinned file(s) match {p.path}")
     if json_:
-        out_json({"ok": True, "root": str(s.root), "verified": verified})
+        env.out_json({"ok": True, "root": str(s.root), "verified": verified})
 
 
-@snapshot_app.command("path", epilog='Example: ls "$(ddtree-deploy snapshot path)/sglang"')
-def snapshot_path(pin: Optional[Path] = PinOpt) -> None:
+@snapshot_app.command("path", cls=Command, epilog='Example: ls "$(ddtree-deploy snapshot path)/sglang"')
+def snapshot_path(ctx: typer.Context, pin: Optional[Path] = PinOpt) -> None:
     """Print the cached snapshot's directory (the one that contains sglang/)."""
-    out_line(str(snap.find_snapshot(_pin(pin)).root))
+    env = env_of(ctx)
+    env.out_line(str(snap.find_snapshot(_pin(pin)).root))
 
 
-@snapshot_app.command("pin", epilog='Example: ddtree-deploy snapshot pin --dry-run')
+@snapshot_app.command("pin", cls=Command, epilog='Example: ddtree-deploy snapshot pin --dry-run')
 def snapshot_pin(
+    ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
     pin: Optional[Path] = PinOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Show the new [files] table, write nothing."),
 ) -> None:
     """Record in the pin the pristine sha256 of every file the series touches (from the verified snapshot)."""
+    env = env_of(ctx)
     p = _pin(pin)
     s = snap.find_snapshot(p)
     ser = load_series(_series_dir(series) or default_series_dir(p.version))
@@ -126,21 +135,22 @@ def snapshot_pin(
     added = sorted(set(files) - set(p.files))
     dropped = sorted(set(p.files) - set(files))
     for rel in added:
-        err.print(f"  + {rel} = {files[rel]}")
+        env.err.print(f"  + {rel} = {files[rel]}")
     for rel in dropped:
-        err.print(f"  - {rel}")
+        env.err.print(f"  - {rel}")
     if dry_run:
-        err.print("dry run: pin not written")
+        env.err.print("dry run: pin not written")
         return
     p.files = files
     p.save()
-    err.print(f"[green]ok[/] {p.path}: {len(files)} file(s) pinned ({len(added)} added, {len(dropped)} dropped)")
+    env.err.print(f"[green]ok[/] {p.path}: {len(files)} file(s) pinned ({len(added)} added, {len(dropped)} dropped)")
 
 
 def check_cmd(
+    ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
     against: Optional[Path] = typer.Option(
-        None, "--against", help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot."),
+        None, "--against", metavar="DIR", help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot."),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> int:
@@ -149,74 +159,81 @@ def check_cmd(
     Exits 0 when every patch applies and every patched .py file compiles; otherwise the
     documented code (4: a patch does not apply; 5: compile error; 3: base differs from the pin).
     """
+    env = env_of(ctx)
     inputs = resolve_inputs(_series_dir(series), _existing_dir(against, "--against"), _pin_arg(pin))
     rep = check_series(inputs)
     if json_:
-        out_json(rep.to_json())
+        env.out_json(rep.to_json())
     for pr in rep.patches:
         colour = {"applied": "green", "failed": "red", "compile-error": "red"}.get(pr.status, "yellow")
-        err.print(f"  [{colour}]{pr.status:<13}[/] {pr.name}")
+        env.err.print(f"  [{colour}]{pr.status:<13}[/] {pr.name}")
     for name in rep.unlisted:
-        err.print(f"  [yellow]warning[/] {name} is in the series dir but not in the series file")
+        env.err.print(f"  [yellow]warning[/] {name} is in the series dir but not in the series file")
     if rep.ok:
-        err.print(f"[green]ok[/] {rep.series_id}: {len(rep.patches)} patch(es) apply exactly; "
+        env.err.print(f"[green]ok[/] {rep.series_id}: {len(rep.patches)} patch(es) apply exactly; "
                   f"{len(rep.compiled)} .py file(s) compile")
         return 0
     e = rep.error or {}
-    print_error(e.get("message", "check failed"), e.get("hint"))
+    env.print_error(e.get("message", "check failed"), e.get("hint"))
     raise typer.Exit(rep.exit_code)
 
 
 def build_cmd(
-    out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", help="Output directory (replaced whole)."),
+    ctx: typer.Context,
+    out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", metavar="DIR", help="Output directory (replaced whole)."),
     series: Optional[Path] = SeriesOpt,
-    against: Optional[Path] = typer.Option(None, "--against", help="Build on this pristine tree instead of the snapshot."),
+    against: Optional[Path] = typer.Option(None, "--against", metavar="DIR", help="Build on this pristine tree instead of the snapshot."),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> None:
     """Write the patched files (package-relative) and manifest.json, after py_compile of every .py."""
+    env = env_of(ctx)
     m = build_tree(out, series_dir=_series_dir(series), base_dir=_existing_dir(against, "--against"), pin=_pin_arg(pin))
     if json_:
-        out_json(m.to_json())
+        env.out_json(m.to_json())
     else:
-        out_line(str(Path(out).resolve()))
-    err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
+        env.out_line(str(Path(out).resolve()))
+    env.err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
 
 
-@patches_app.command("edit", epilog='Example: ddtree-deploy patches edit --work .work/series')
+@patches_app.command("edit", cls=Command, epilog='Example: ddtree-deploy patches edit --work .work/series')
 def patches_edit(
-    work: Path = typer.Option(None, "--work", help="Work tree to create (default: .work/sglang in the repo)."),
+    ctx: typer.Context,
+    work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree to create (default: .work/sglang in the repo)."),
     series: Optional[Path] = SeriesOpt,
     force: bool = typer.Option(False, "--force", help="Replace an existing work tree (its edits are lost)."),
 ) -> None:
     """Make a git work tree: the pristine package, then one commit per patch (subject = file name)."""
+    env = env_of(ctx)
     inputs = resolve_inputs(_series_dir(series), None, True)
     base = inputs.base_dir or snap.ensure_snapshot(inputs.pin)
     work = work or authoring.default_work_dir()
     res = authoring.edit(work, inputs.series, base, f"{inputs.pin.name} {inputs.pin.version}", force=force)
-    out_line(str(res.work_dir))
-    err.print(f"[green]ok[/] {res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)")
-    err.print("edit with git (one commit per patch; the subject is the patch file name), then "
+    env.out_line(str(res.work_dir))
+    env.err.print(f"[green]ok[/] {res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)")
+    env.err.print("edit with git (one commit per patch; the subject is the patch file name), then "
               "`ddtree-deploy patches refresh`")
 
 
-@patches_app.command("refresh", epilog='Example: ddtree-deploy patches refresh --work .work/series')
+@patches_app.command("refresh", cls=Command, epilog='Example: ddtree-deploy patches refresh --work .work/series')
 def patches_refresh(
-    work: Path = typer.Option(None, "--work", help="Work tree made by `patches edit` (default: .work/sglang)."),
+    ctx: typer.Context,
+    work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree made by `patches edit` (default: .work/sglang)."),
     series: Optional[Path] = SeriesOpt,
     dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
     json_: bool = JsonOpt,
 ) -> None:
     """Write the work tree's commits back as patches + series, update the pin, then re-check."""
+    env = env_of(ctx)
     work = work or authoring.default_work_dir()
     series = _series_dir(series)
     res = authoring.refresh(work, series, dry_run=dry_run)
     for n in res.written:
-        err.print(f"  [green]wrote[/]     {n}")
+        env.err.print(f"  [green]wrote[/]     {n}")
     for n in res.unchanged:
-        err.print(f"  unchanged {n}")
+        env.err.print(f"  unchanged {n}")
     for n in res.removed:
-        err.print(f"  [yellow]removed[/]   {n}")
+        env.err.print(f"  [yellow]removed[/]   {n}")
     if not dry_run:
         p = load_pin(default_pin_path())
         ser = load_series(Path(series or authoring.work_state(work)["series_dir"]))
@@ -226,33 +243,34 @@ def patches_refresh(
             if files != p.files:
                 p.files = files
                 p.save()
-                err.print(f"  [green]updated[/]   {p.path} ([files] now lists {len(files)} file(s))")
+                env.err.print(f"  [green]updated[/]   {p.path} ([files] now lists {len(files)} file(s))")
         else:
-            err.print(f"  (the pin is not updated: {ser.directory} is not the repo's series)")
+            env.err.print(f"  (the pin is not updated: {ser.directory} is not the repo's series)")
         apply_checked(resolve_inputs(ser.directory, None, p if repo_series else False))
-        err.print("[green]ok[/] the refreshed series applies and compiles")
+        env.err.print("[green]ok[/] the refreshed series applies and compiles")
     if json_:
-        out_json({"written": res.written, "unchanged": res.unchanged, "removed": res.removed,
+        env.out_json({"written": res.written, "unchanged": res.unchanged, "removed": res.removed,
                   "series_rewritten": res.series_rewritten, "dry_run": dry_run})
 
 
-@patches_app.command("list", epilog='Example: ddtree-deploy patches list | cut -f3 | sort -u')
-def patches_list(series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
+@patches_app.command("list", cls=Command, epilog='Example: ddtree-deploy patches list | cut -f3 | sort -u')
+def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
     """List the series: each patch, its sha256 and the files it touches."""
+    env = env_of(ctx)
     ser = load_series(_series_dir(series) or default_series_dir())
     if json_:
-        out_json({"series": ser.name, "series_id": ser.series_id, "patches": [
+        env.out_json({"series": ser.name, "series_id": ser.series_id, "patches": [
             {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
             for p in ser.patches]})
         return
-    err.print(f"{ser.series_id}: {len(ser.patches)} patch(es); one line per patch and file: PATCH ACTION PATH")
+    env.err.print(f"{ser.series_id}: {len(ser.patches)} patch(es); one line per patch and file: PATCH ACTION PATH")
     for p in ser.patches:  # data on stdout, tab-separated (grep/cut friendly)
         for f in p.files:
-            out_line(f"{p.name}\t{f.action}\t{f.path}")
+            env.out_line(f"{p.name}\t{f.action}\t{f.path}")
 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("check", epilog='Example: ddtree-deploy check --json')(check_cmd)
-    app.command("build", epilog='Example: ddtree-deploy build --out build/sglang-0.5.23')(build_cmd)
+    app.command("check", cls=Command, epilog='Example: ddtree-deploy check --json')(check_cmd)
+    app.command("build", cls=Command, epilog='Example: ddtree-deploy build --out build/sglang-0.5.23')(build_cmd)
     app.add_typer(patches_app, name="patches")

@@ -621,168 +621,254 @@ def hook(req, name):
 
 
 def op_apply(req, stdin):
+    """One push, as journaled steps: receive, lock, re-check, record, back up, stage, commit, smoke,
+    record the outcome. Any failure once the record exists restores the host from the backup."""
     site = find_site(req)
     sd = state_dir(req)
-    deploy_id = req["deploy_id"]
-    base = {"op": "push", "deploy_id": deploy_id, "who": req.get("who"), "why": req.get("why"),
-            "series_id": req.get("series_id"), "files": [f["path"] for f in req["files"]]}
+    base = apply_audit_entry(req)
     event("receiving")
+    blobs = receive_payload(sd, req, stdin, base)
+    hook(req, "after_receive")
+    acquire_lock(sd, req, "push")
+    rec = None  # the deploy record, once it is on disk: from then on a failure restores the host
+    reserve = None
     try:
-        blobs = read_payload(stdin, req)
+        recheck_under_lock(req, site)
+        rec, reserve = write_draft_record(sd, req, site)
+        back_up_files(rec, site)
+        stage_files(rec, req, site, blobs)
+        hook(req, "before_commit")
+        commit_files(rec, req, site)
+        verify_in_place(req, site)
+        smoke_in_place(rec, req, site)
+        release_reserve(reserve)
+        reserve = None
+        record_deployed(rec, sd, base)
+        return {k: v for k, v in rec.items() if k != "_dir"}
+    except BaseException as exc:
+        raise apply_failed(exc, rec, reserve, sd, site, base)
+    finally:
+        try:
+            release_lock(sd, mine=True)
+        except OSError:
+            pass
+
+
+def apply_audit_entry(req):
+    """The audit-log fields every outcome of this push shares."""
+    return {"op": "push", "deploy_id": req["deploy_id"], "who": req.get("who"), "why": req.get("why"),
+            "series_id": req.get("series_id"), "files": [f["path"] for f in req["files"]]}
+
+
+def receive_payload(sd, req, stdin, base):
+    """The whole payload, verified, before the lock and before any write; a failed upload is audited."""
+    try:
+        return read_payload(stdin, req)
     except Fail as exc:
         try:
             audit(sd, dict(base, result="aborted before any write: " + exc.message))
         except OSError:
             pass
         raise
-    hook(req, "after_receive")
-    acquire_lock(sd, req, "push")
-    rec = None
-    reserve = None
+
+
+def recheck_under_lock(req, site):
+    """Nothing may have changed since preflight: every target still has a hash the client allowed."""
+    for f in req["files"]:
+        got = file_sha(safe_join(site, f["path"]))
+        if got not in f["allowed_current"]:
+            raise Fail(ErrorKind.DRIFT, "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
+
+
+def draft_record(sd, req, site):
+    """The deploy record before the first backup: what each file is now, and what it will be."""
+    deploy_id = req["deploy_id"]
+    rdir = record_dir(sd, deploy_id)
+    seq = max([r.get("seq", 0) for r in load_records(sd)] + [0]) + 1
+    draft = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": BACKING_UP, "who": req.get("who"),
+             "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
+             "version": req.get("version"), "site_packages": site, "started": now(),
+             "files": [], "created_dirs": [], "_dir": rdir}
+    for f in req["files"]:
+        target = safe_join(site, f["path"])
+        before = file_sha(target)
+        mode = "%04o" % (os.stat(target).st_mode & 0o7777) if before else None
+        draft["files"].append({"path": f["path"], "action": f["action"], "before_sha256": before,
+                               "before_mode": mode, "after_sha256": f.get("sha256"), "after_mode": f.get("mode")})
+    return draft
+
+
+def write_draft_record(sd, req, site):
+    """Put the draft record and the space reserve on disk: nothing is written to site-packages until
+    the outcome is sure to fit in the state dir. Returns (record, reserve path)."""
+    draft = draft_record(sd, req, site)
+    rdir = draft["_dir"]
     try:
-        # re-check under the lock: nothing may have changed since preflight
-        for f in req["files"]:
-            got = file_sha(safe_join(site, f["path"]))
-            if got not in f["allowed_current"]:
-                raise Fail(ErrorKind.DRIFT, "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
-        rdir = record_dir(sd, deploy_id)
-        seq = max([r.get("seq", 0) for r in load_records(sd)] + [0]) + 1
-        draft = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": BACKING_UP, "who": req.get("who"),
-                 "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
-                 "version": req.get("version"), "site_packages": site, "started": now(),
-                 "files": [], "created_dirs": [], "_dir": rdir}
-        for f in req["files"]:
-            target = safe_join(site, f["path"])
-            before = file_sha(target)
-            mode = "%04o" % (os.stat(target).st_mode & 0o7777) if before else None
-            draft["files"].append({"path": f["path"], "action": f["action"], "before_sha256": before,
-                                   "before_mode": mode, "after_sha256": f.get("sha256"), "after_mode": f.get("mode")})
-        try:  # nothing is written to site-packages until the outcome is sure to fit in the state dir
-            os.makedirs(os.path.join(rdir, "backup"), mode=0o700)
-            reserve = reserve_space(rdir, draft)
-            save_record(draft)
-        except OSError as exc:
-            shutil.rmtree(rdir, ignore_errors=True)
-            raise Fail(ErrorKind.HOST_REFUSED, "cannot write the deploy record in the state dir %s (%s); nothing was "
-                       "written to site-packages" % (sd, exc), hint="free some space in the state dir on the host")
-        rec = draft
-        event("backup")
-        for f in rec["files"]:
-            if f["before_sha256"] is None:
-                continue
-            dst = os.path.join(rdir, "backup", *f["path"].split("/"))
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(safe_join(site, f["path"]), dst)
-            if sha256_file(dst) != f["before_sha256"]:
-                raise Fail(ErrorKind.REMOTE, "backup of %s does not verify" % f["path"])
-            fd = os.open(dst, os.O_RDONLY)
-            os.fsync(fd)
-            os.close(fd)
-        rec["status"] = STAGING
-        save_record(rec)
-        event("staging")
-        for f in req["files"]:
-            if f["action"] == "delete":
-                continue
-            target = safe_join(site, f["path"])
-            d = os.path.dirname(target)
-            if not os.path.isdir(d):
-                missing = []
-                p = d
-                while not os.path.isdir(p):
-                    missing.append(p)
-                    p = os.path.dirname(p)
-                for m in reversed(missing):
-                    os.mkdir(m, 0o755)
-                    rec["created_dirs"].append(os.path.relpath(m, site).replace(os.sep, "/"))
-                save_record(rec)
-            write_verified(tmp_name(target, deploy_id), blobs[f["path"]], f["sha256"], int(f["mode"], 8))
-        hook(req, "before_commit")
-        rec["status"] = WRITING
-        save_record(rec)
-        event("commit")
-        for f in req["files"]:
-            target = safe_join(site, f["path"])
-            if f["action"] == "delete":
-                os.unlink(target)
-            else:
-                os.rename(tmp_name(target, deploy_id), target)
-            fsync_dir(os.path.dirname(target))
-            drop_pycache(target)
-            hook(req, "between_renames")
-        rec["status"] = WRITTEN
-        save_record(rec)
-        for f in req["files"]:
-            got = file_sha(safe_join(site, f["path"]))
-            if got != f.get("sha256"):
-                raise Fail(ErrorKind.REMOTE, "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
-        checks = run_checks(site, req["smoke"]["compile"], req["smoke"]["modules"], req["smoke"]["timeout"],
-                            req["smoke"].get("run", ()))
-        rec["checks"] = checks
-        if not checks["ok"]:
-            raise Fail(ErrorKind.SMOKE_FAILED, "%s failed on the host" % checks["failed_step"], checks=checks)
-        rec["status"] = DEPLOYED
-        rec["finished"] = now()
-        release_reserve(reserve)
-        reserve = None
-        save_record(rec)
-        audit(sd, dict(base, result="deployed", checks={k: v for k, v in checks.items() if k != "output_tail"}))
-        out = {k: v for k, v in rec.items() if k != "_dir"}
-        return out
-    except BaseException as exc:
-        fail = exc if isinstance(exc, Fail) else Fail(ErrorKind.REMOTE, "%s: %s" % (type(exc).__name__, exc))
-        if rec is None:
-            try:
-                audit(sd, dict(base, result="refused: " + fail.message))
-            except OSError as exc:
-                fail.message += "; NOT RECORDED in the audit log: %s" % exc
-            raise fail
-        release_reserve(reserve)  # the space kept for this moment: the outcome must be recorded
-        unsaved = []
-        changed = rec["status"] != "backing-up"
-        if changed:
-            event("restore")
-            prev = rec["status"]
-            rec["status"] = RESTORING
-            rec["failure"] = fail.message
-            try:
-                save_record(rec)
-            except OSError as exc:
-                unsaved.append("record (status restoring): %s" % exc)
-            problems = restore_record(rec, site)
+        os.makedirs(os.path.join(rdir, "backup"), mode=0o700)
+        reserve = reserve_space(rdir, draft)
+        save_record(draft)
+    except OSError as exc:
+        shutil.rmtree(rdir, ignore_errors=True)
+        raise Fail(ErrorKind.HOST_REFUSED, "cannot write the deploy record in the state dir %s (%s); nothing was "
+                   "written to site-packages" % (sd, exc), hint="free some space in the state dir on the host")
+    return draft, reserve
+
+
+def back_up_files(rec, site):
+    """Copy every existing target into the record's backup/, verified against its hash and fsynced."""
+    event("backup")
+    for f in rec["files"]:
+        if f["before_sha256"] is None:
+            continue
+        dst = backup_path(rec, f["path"])
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy2(safe_join(site, f["path"]), dst)
+        if sha256_file(dst) != f["before_sha256"]:
+            raise Fail(ErrorKind.REMOTE, "backup of %s does not verify" % f["path"])
+        fd = os.open(dst, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+
+
+def stage_files(rec, req, site, blobs):
+    """Write each new file beside its target under a temp name (verified), creating missing dirs
+    (each one recorded, so a rollback removes it)."""
+    rec["status"] = STAGING
+    save_record(rec)
+    event("staging")
+    for f in req["files"]:
+        if f["action"] == "delete":
+            continue
+        target = safe_join(site, f["path"])
+        make_parent_dirs(rec, site, os.path.dirname(target))
+        write_verified(tmp_name(target, req["deploy_id"]), blobs[f["path"]], f["sha256"], int(f["mode"], 8))
+
+
+def make_parent_dirs(rec, site, d):
+    if os.path.isdir(d):
+        return
+    missing = []
+    p = d
+    while not os.path.isdir(p):
+        missing.append(p)
+        p = os.path.dirname(p)
+    for m in reversed(missing):
+        os.mkdir(m, 0o755)
+        rec["created_dirs"].append(os.path.relpath(m, site).replace(os.sep, "/"))
+    save_record(rec)
+
+
+def commit_files(rec, req, site):
+    """Rename each staged file over its target (or delete it), journaled as writing -> written."""
+    rec["status"] = WRITING
+    save_record(rec)
+    event("commit")
+    for f in req["files"]:
+        target = safe_join(site, f["path"])
+        if f["action"] == "delete":
+            os.unlink(target)
         else:
-            prev, problems = "backing-up", []
-        rec["failure"] = fail.message
-        rec["finished"] = now()
-        if problems:
-            rec["status"] = NEEDS_HUMAN
-            rec["restore_problems"] = problems
-            kind, msg = ErrorKind.ROLLBACK_FAILED, "%s; restoring the host FAILED: %s" % (fail.message, "; ".join(problems))
-        else:
-            rec["status"] = ROLLED_BACK if prev in ("writing", "written") else "aborted"
-            kind = ErrorKind.ROLLED_BACK
-            msg = "%s; the host was restored to its previous state (verified)" % fail.message
-        try:
-            save_record(rec)
-            unsaved = []  # the final record supersedes an earlier unsaved one
-        except OSError as exc:
-            unsaved.append("record (status %s): %s" % (rec["status"], exc))
-        try:
-            audit(sd, dict(base, result=rec["status"] + ": " + fail.message))
-        except OSError as exc:
-            unsaved.append("audit line: %s" % exc)
-        if unsaved:  # say exactly what the state dir does not know
-            msg += "; NOT RECORDED on the host (state dir): " + "; ".join(unsaved)
-        details = dict(fail.details)
-        details["unrecorded"] = unsaved
-        details["cause"] = fail.kind
-        details["record_status"] = rec["status"]
-        raise Fail(kind, msg, **details)
-    finally:
-        try:
-            release_lock(sd, mine=True)
-        except OSError:
-            pass
+            os.rename(tmp_name(target, req["deploy_id"]), target)
+        fsync_dir(os.path.dirname(target))
+        drop_pycache(target)
+        hook(req, "between_renames")
+    rec["status"] = WRITTEN
+    save_record(rec)
+
+
+def verify_in_place(req, site):
+    for f in req["files"]:
+        got = file_sha(safe_join(site, f["path"]))
+        if got != f.get("sha256"):
+            raise Fail(ErrorKind.REMOTE, "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
+
+
+def smoke_in_place(rec, req, site):
+    """py_compile + the smoke imports (and runs) on the files now in place; kept in the record."""
+    smoke = req["smoke"]
+    checks = run_checks(site, smoke["compile"], smoke["modules"], smoke["timeout"], smoke.get("run", ()))
+    rec["checks"] = checks
+    if not checks["ok"]:
+        raise Fail(ErrorKind.SMOKE_FAILED, "%s failed on the host" % checks["failed_step"], checks=checks)
+
+
+def record_deployed(rec, sd, base):
+    rec["status"] = DEPLOYED
+    rec["finished"] = now()
+    save_record(rec)
+    checks = rec["checks"]
+    audit(sd, dict(base, result="deployed", checks={k: v for k, v in checks.items() if k != "output_tail"}))
+
+
+def apply_failed(exc, rec, reserve, sd, site, base):
+    """The failure path of a push; returns the Fail to raise. Before the record exists only the
+    audit log hears of it; after, the host is restored from the backup and the outcome recorded,
+    and the message says exactly what the state dir could not record."""
+    fail = exc if isinstance(exc, Fail) else Fail(ErrorKind.REMOTE, "%s: %s" % (type(exc).__name__, exc))
+    if rec is None:
+        return refused_before_record(fail, sd, base)
+    release_reserve(reserve)  # the space kept for this moment: the outcome must be recorded
+    prev, problems, unsaved = restore_after_failure(rec, site, fail)
+    kind, msg = settle_failed_record(rec, fail, prev, problems)
+    unsaved = save_failed_outcome(rec, sd, base, fail, unsaved)
+    if unsaved:  # say exactly what the state dir does not know
+        msg += "; NOT RECORDED on the host (state dir): " + "; ".join(unsaved)
+    details = dict(fail.details)
+    details["unrecorded"] = unsaved
+    details["cause"] = fail.kind
+    details["record_status"] = rec["status"]
+    return Fail(kind, msg, **details)
+
+
+def refused_before_record(fail, sd, base):
+    try:
+        audit(sd, dict(base, result="refused: " + fail.message))
+    except OSError as exc:
+        fail.message += "; NOT RECORDED in the audit log: %s" % exc
+    return fail
+
+
+def restore_after_failure(rec, site, fail):
+    """Restore every file the push touched (nothing to do while it was only backing up).
+    Returns (the status it failed in, restore problems, what could not be recorded so far)."""
+    prev = rec["status"]
+    if prev == BACKING_UP:
+        return prev, [], []
+    unsaved = []
+    event("restore")
+    rec["status"] = RESTORING
+    rec["failure"] = fail.message
+    try:
+        save_record(rec)
+    except OSError as exc:
+        unsaved.append("record (status restoring): %s" % exc)
+    return prev, restore_record(rec, site), unsaved
+
+
+def settle_failed_record(rec, fail, prev, problems):
+    """The record's final status after a failed push, and the error (kind, message) to report."""
+    rec["failure"] = fail.message
+    rec["finished"] = now()
+    if problems:
+        rec["status"] = NEEDS_HUMAN
+        rec["restore_problems"] = problems
+        return ErrorKind.ROLLBACK_FAILED, "%s; restoring the host FAILED: %s" % (fail.message, "; ".join(problems))
+    rec["status"] = ROLLED_BACK if prev in (WRITING, WRITTEN) else ABORTED
+    return ErrorKind.ROLLED_BACK, "%s; the host was restored to its previous state (verified)" % fail.message
+
+
+def save_failed_outcome(rec, sd, base, fail, unsaved):
+    """Save the final record and the audit line; returns what could not be recorded."""
+    try:
+        save_record(rec)
+        unsaved = []  # the final record supersedes an earlier unsaved one
+    except OSError as exc:
+        unsaved = unsaved + ["record (status %s): %s" % (rec["status"], exc)]
+    try:
+        audit(sd, dict(base, result=rec["status"] + ": " + fail.message))
+    except OSError as exc:
+        unsaved = unsaved + ["audit line: %s" % exc]
+    return unsaved
 
 
 def backup_path(rec, rel):

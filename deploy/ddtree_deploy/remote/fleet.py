@@ -1,9 +1,14 @@
-"""Many hosts at once: a thread per host, a progress line per host, a result table, ``--json``.
+"""Many hosts at once: a thread per host; each host ends as one ``HostResult``, the run as one ``FleetResult``.
 
 One host failing never stops or corrupts another: each host runs its own pipeline on its own SSH
 connection and ends as one ``HostResult``. Ctrl-C sets a shared cancel event; each pipeline stops
 at its next step (an upload that is cut short is discarded by the host before any write; a host
 that already has the whole payload finishes, or rolls back, on its own and records it).
+
+Nothing here draws or prints: a pipeline reports its phases through a :class:`Reporter`, which
+hands each one as a :class:`FleetEvent` to the caller's callback (the CLI draws them, see
+``cli/fleet_ui.py``). The exit code of a run is derived from its ``FleetResult`` in one place,
+``errors.fleet_exit_code``.
 """
 
 from __future__ import annotations
@@ -13,13 +18,9 @@ import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
-from ddtree_deploy.cli.console import err, print_error
-from ddtree_deploy.errors import EXIT_INTERRUPTED, DDTreeDeployError, ExitCode, PartialFailureError
+from ddtree_deploy.errors import DDTreeDeployError, ExitCode
 from ddtree_deploy.remote.inventory import HostConfig
 
 
@@ -28,7 +29,7 @@ class HostResult:
     host: str
     ok: bool
     status: str  # deployed | unchanged | would-change | refused | rolled-back | failed | interrupted | ...
-    exit_code: int = 0
+    exit_code: int = ExitCode.OK
     message: str = ""
     hint: str | None = None
     deploy_id: str | None = None
@@ -39,7 +40,93 @@ class HostResult:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["exit_code"] = int(self.exit_code)
+        return d
+
+
+@dataclass
+class FleetResult:
+    """The outcome of one run over several hosts (like Fabric's ``GroupResult``), in host order.
+
+    ``succeeded`` and ``failed`` map host name -> ``HostResult``; the CLI turns the whole into an
+    exit code with ``errors.fleet_exit_code``.
+    """
+
+    results: list[HostResult]
+    title: str = ""
+
+    @property
+    def succeeded(self) -> dict[str, HostResult]:
+        return {r.host: r for r in self.results if r.ok}
+
+    @property
+    def failed(self) -> dict[str, HostResult]:
+        return {r.host: r for r in self.results if not r.ok}
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+    def __iter__(self) -> Iterator[HostResult]:
+        return iter(self.results)
+
+    def __len__(self) -> int:
+        return len(self.results)
+
+    def __getitem__(self, host: str) -> HostResult:
+        for r in self.results:
+            if r.host == host:
+                return r
+        raise KeyError(host)
+
+
+class FleetInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`run_fleet`: every host was told to stop at its next step; ``partial``
+    holds the hosts that ended within the grace period."""
+
+    def __init__(self, partial: FleetResult):
+        super().__init__("interrupted")
+        self.partial = partial
+
+
+# --- progress events ----------------------------------------------------------------------------
+
+PHASE = "phase"  # a step of a host's pipeline (``pct``: a rough share of the pipeline done)
+NOTE = "note"  # a line worth keeping (a new host key recorded, the fleet being interrupted)
+DONE = "done"  # the host's pipeline ended; ``text`` is its status word
+
+
+@dataclass(frozen=True)
+class FleetEvent:
+    host: str  # a host name, or "*" for the whole fleet
+    text: str
+    pct: float | None = None
+    kind: str = PHASE
+
+
+OnEvent = Callable[[FleetEvent], None]
+
+
+class Reporter:
+    """What a pipeline reports through. Every call becomes one :class:`FleetEvent` for ``on_event``;
+    calls from the host threads reach it one at a time, so the callback need not lock."""
+
+    def __init__(self, on_event: OnEvent | None = None):
+        self._on_event = on_event
+        self._lock = threading.Lock()
+
+    def emit(self, ev: FleetEvent) -> None:
+        if self._on_event is None:
+            return
+        with self._lock:
+            self._on_event(ev)
+
+    def phase(self, host: str, text: str, pct: float | None = None) -> None:
+        self.emit(FleetEvent(host, text, pct, PHASE))
+
+    def note(self, host: str, text: str) -> None:
+        self.emit(FleetEvent(host, text, None, NOTE))
 
 
 # A failed host's status word, by the exit code its error maps to.
@@ -58,145 +145,54 @@ def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
                           files_sent=int(exc.details.get("files_sent") or 0),
                           bytes_sent=int(exc.details.get("bytes_sent") or 0),
                           error=exc.kind, data={k: v for k, v in exc.details.items() if k != "host"})
-    return HostResult(host, False, "failed", 1, f"{host}: unexpected {type(exc).__name__}: {exc}", None,
-                      seconds=time.monotonic() - t0, error=type(exc).__name__,
+    return HostResult(host, False, "failed", ExitCode.UNEXPECTED, f"{host}: unexpected {type(exc).__name__}: {exc}",
+                      None, seconds=time.monotonic() - t0, error=type(exc).__name__,
                       data={"traceback": traceback.format_exc()[-3000:]})
 
 
-class UI:
-    """Per-host progress lines on stderr (a live display on a terminal, plain lines otherwise)."""
-
-    def __init__(self, hosts: list[str], *, title: str, quiet: bool = False):
-        self.quiet = quiet
-        self.live = err.is_terminal and not quiet
-        self._lock = threading.Lock()
-        self._last: dict[str, str] = {}
-        self.progress: Progress | None = None
-        self.tasks: dict[str, Any] = {}
-        if self.live:
-            self.progress = Progress(TextColumn("[bold]{task.fields[host]:<12}"), BarColumn(bar_width=20),
-                                     TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                                     transient=False)
-            for h in hosts:
-                self.tasks[h] = self.progress.add_task("waiting", total=100, host=h)
-        self.title = title
-
-    def __enter__(self) -> "UI":
-        if self.progress:
-            self.progress.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.progress:
-            self.progress.stop()
-
-    def phase(self, host: str, text: str, pct: float | None = None) -> None:
-        if self.quiet:
-            return
-        if self.progress:
-            kw: dict[str, Any] = {"description": text}
-            if pct is not None:
-                kw["completed"] = pct
-            self.progress.update(self.tasks[host], **kw)
-            return
-        key = text.split(" ")[0]  # plain lines: one per phase, not per progress tick
-        with self._lock:
-            if self._last.get(host) != key:
-                self._last[host] = key
-                err.print(f"{host}: {text}", markup=False, highlight=False)
-
-    def note(self, host: str, text: str) -> None:
-        if self.quiet:
-            return
-        if self.progress:
-            self.progress.console.print(f"{host}: {text}", markup=False, highlight=False)
-        else:
-            err.print(f"{host}: {text}", markup=False, highlight=False)
+Pipeline = Callable[[HostConfig, Reporter, threading.Event], HostResult]
 
 
-Pipeline = Callable[[HostConfig, UI, threading.Event], HostResult]
+def run_fleet(hosts: list[HostConfig], pipeline: Pipeline, *, on_event: OnEvent | None = None, title: str = "",
+              max_workers: int = 32, quiet: bool = True) -> FleetResult:
+    """Run ``pipeline`` for every host in parallel; return the results in host order.
 
-
-def run_fleet(hosts: list[HostConfig], pipeline: Pipeline, *, title: str, quiet: bool = False,
-              max_workers: int = 32) -> list[HostResult]:
-    """Run ``pipeline`` for every host in parallel; return results in host order."""
+    ``on_event`` gets every phase and note of every host (see :class:`Reporter`) and a ``DONE``
+    event per host. On Ctrl-C every host is told to stop, and :class:`FleetInterrupted` carries
+    the hosts that ended. (``quiet`` is accepted for older callers and does nothing: this module
+    never prints.)
+    """
     cancel = threading.Event()
+    reporter = Reporter(on_event)
     names = [h.name for h in hosts]
     results: dict[str, HostResult] = {}
-    with UI(names, title=title, quiet=quiet) as ui:
-        pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(hosts))), thread_name_prefix="host")
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(hosts))), thread_name_prefix="host")
 
-        def wrapped(h: HostConfig) -> HostResult:
-            t0 = time.monotonic()
-            try:
-                r = pipeline(h, ui, cancel)
-            except BaseException as exc:  # noqa: BLE001 (one host never takes the others down)
-                r = result_from_error(h.name, exc, t0)
-            r.seconds = round(time.monotonic() - t0, 3)
-            ui.phase(h.name, f"{r.status}", 100)
-            return r
-
-        futs = {pool.submit(wrapped, h): h.name for h in hosts}
+    def wrapped(h: HostConfig) -> HostResult:
+        t0 = time.monotonic()
         try:
-            pending = set(futs)
-            while pending:
-                done, pending = cf.wait(pending, timeout=0.1)
-                for f in done:
-                    results[futs[f]] = f.result()
-        except KeyboardInterrupt:
-            cancel.set()
-            ui.note("*", "interrupted: stopping every host at its next step")
-            cf.wait(list(futs), timeout=60)
-            for f, name in futs.items():
-                if f.done():
-                    results[name] = f.result()
-            pool.shutdown(wait=False)
-            _print_table(title, [results[n] for n in names if n in results], quiet)
-            raise
-        pool.shutdown(wait=True)
-    out = [results[n] for n in names]
-    return out
+            r = pipeline(h, reporter, cancel)
+        except BaseException as exc:  # noqa: BLE001 (one host never takes the others down)
+            r = result_from_error(h.name, exc, t0)
+        r.seconds = round(time.monotonic() - t0, 3)
+        reporter.emit(FleetEvent(h.name, r.status, 100, DONE))
+        return r
 
-
-def _print_table(title: str, results: list[HostResult], quiet: bool = False) -> None:
-    if quiet or not results:
-        return
-    t = Table(title=title, show_lines=False)
-    for col in ("host", "result", "files", "bytes", "time", "deploy id", "message"):
-        t.add_column(col, overflow="fold")
-    for r in results:
-        style = "green" if r.ok else ("yellow" if r.exit_code in (6, 7, 8, 12, 13) else "red")
-        msg = r.message.split("\n")[0]
-        if r.message.startswith(r.host + ": "):
-            msg = msg[len(r.host) + 2:]
-        t.add_row(r.host, f"[{style}]{r.status}[/]", str(r.files_sent), str(r.bytes_sent), f"{r.seconds:.2f}s",
-                  r.deploy_id or "", msg)
-    err.print(t)
-
-
-def finish(title: str, results: list[HostResult], *, json_mode: bool, quiet: bool = False,
-           extra: dict[str, Any] | None = None, ok_code: int = 0) -> int:
-    """Print the table (stderr) and the JSON (stdout); return the exit code (``ok_code`` when no
-    host failed: ``status --strict`` uses it for hosts that answered but need attention)."""
-    from ddtree_deploy.cli.console import out_json
-
-    _print_table(title, results, quiet)
-    failed = [r for r in results if not r.ok]
-    if not failed:
-        code = ok_code
-    elif len(results) == 1:
-        code = failed[0].exit_code
-    else:
-        code = PartialFailureError.exit_code
-    if any(r.exit_code == EXIT_INTERRUPTED for r in failed):
-        code = EXIT_INTERRUPTED
-    for r in failed:
-        print_error(r.message, r.hint)
-    if len(results) > 1 and failed:
-        err.print(f"{len(failed)} of {len(results)} hosts failed")
-    if json_mode:
-        doc = {"ok": not failed and not code, "exit_code": code, "hosts": [r.to_json() for r in results]}
-        if extra:
-            doc.update(extra)
-        out_json(doc)
-    return code
+    futs = {pool.submit(wrapped, h): h.name for h in hosts}
+    try:
+        pending = set(futs)
+        while pending:
+            done, pending = cf.wait(pending, timeout=0.1)
+            for f in done:
+                results[futs[f]] = f.result()
+    except KeyboardInterrupt:
+        cancel.set()
+        reporter.note("*", "interrupted: stopping every host at its next step")
+        cf.wait(list(futs), timeout=60)
+        for f, name in futs.items():
+            if f.done():
+                results[name] = f.result()
+        pool.shutdown(wait=False)
+        raise FleetInterrupted(FleetResult([results[n] for n in names if n in results], title)) from None
+    pool.shutdown(wait=True)
+    return FleetResult([results[n] for n in names], title)

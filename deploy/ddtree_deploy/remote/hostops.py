@@ -21,7 +21,7 @@ from ddtree_deploy.errors import DriftError, HostRefusedError, LockHeldError, Us
 from ddtree_deploy.hashing import sha256_bytes
 from ddtree_deploy.remote.connection import HostConnection
 from ddtree_deploy.remote.inventory import HostConfig
-from ddtree_deploy.remote.protocol import APPLIED, INTERRUPTED  # noqa: F401  (INTERRUPTED: re-exported)
+from ddtree_deploy.remote.protocol import APPLIED, INTERRUPTED, NEEDS_HUMAN
 
 MIN_PYTHON = (3, 10)
 FREE_MARGIN = 16 << 20  # keep this much free on the host beyond what the deploy needs
@@ -175,16 +175,38 @@ def probe(hc: HostConnection, paths: list[str], *, want_content: set[str] | None
 
 
 def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Plan:
-    """Everything we check before writing anything; raises a HostRefusedError subclass or LockHeldError."""
+    """Everything we check before writing anything; raises a HostRefusedError subclass or LockHeldError.
+
+    One probe of the host, then each check in turn; ``dry_run`` skips the ones about other deploys
+    (lock, a deploy that needs a human, an interrupted one), since it writes nothing.
+    """
     h = hc.host
     pr = probe(hc, [f.path for f in bs.files], package=bs.package, check_import=True)
-    plan = Plan(h.name, pr)
+    require_pinned_version(h, bs, pr)
+    require_import_from_site(h, bs, pr)
+    require_python(h, pr)
+    require_state_outside_site(h, pr)
+    plan = Plan(h.name, pr, plan_files(h, bs, pr))
+    if not dry_run:
+        refuse_if_locked(h, pr)
+        refuse_if_needs_human(h, pr)
+        refuse_if_interrupted(h, pr)
+    check_disk(h, pr, plan.to_send)
+    return plan
+
+
+def require_pinned_version(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> None:
     ver = pr.get("package_version")
     if ver != bs.version:
         raise HostRefusedError(
             f"{h.name}: {bs.package} on the host is {ver or 'not installed'} in {pr['site_packages']}; the build is for {bs.version}",
             hint="install the pinned version on the host (or fix site_packages in the inventory)",
             details={"host": h.name, "host_version": ver})
+
+
+def require_import_from_site(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> None:
+    """The host's ``python`` imports the package from the inventory's site_packages (else the smoke
+    test would run on another copy)."""
     where = pr.get("import_check") or {}
     if not where.get("ok"):
         found = where.get("found")
@@ -196,14 +218,26 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
             hint="make `site_packages` in the inventory the directory this `python` imports it from (or drop it to "
                  "ask the interpreter), or point `python` at the right interpreter",
             details={"host": h.name, "import_check": where})
+
+
+def require_python(h: HostConfig, pr: dict[str, Any]) -> None:
     pyv = tuple(int(x) for x in pr["python_version"].split(".")[:2])
     if pyv < MIN_PYTHON:
         raise HostRefusedError(f"{h.name}: the host's Python is {pr['python_version']}; SGLang needs >= 3.10",
                                details={"host": h.name})
+
+
+def require_state_outside_site(h: HostConfig, pr: dict[str, Any]) -> None:
     if pr.get("state_inside_site"):
         raise HostRefusedError(f"{h.name}: state_dir {pr['state_dir']} is inside site-packages; backups there could be imported",
                                hint="set state_dir outside site-packages in the inventory", details={"host": h.name})
+
+
+def plan_files(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> list[FilePlan]:
+    """Classify every target (pristine / patched / ours / drifted) and decide what to send; a
+    drifted file or a symlink refuses the host (DriftError)."""
     ours = _ours(pr.get("records", []))
+    files: list[FilePlan] = []
     drift = []
     for f in bs.files:
         info = pr["files"][f.path]
@@ -212,9 +246,8 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
             drift.append(f"{f.path}: is a symlink on the host")
             continue
         state, series = classify(f, cur, ours)
-        fp = FilePlan(f.path, f.action, state, cur, send=state in ("pristine", "ours"), series=series,
-                      size=len(f.data or b""))
-        plan.files.append(fp)
+        files.append(FilePlan(f.path, f.action, state, cur, send=state in ("pristine", "ours"), series=series,
+                              size=len(f.data or b"")))
         if state == "drifted":
             drift.append(f"{f.path}: sha256 {cur or '(missing)'} is neither pristine {f.pristine_sha256 or '(absent)'} "
                          f"nor patched {f.patched_sha256 or '(absent)'}")
@@ -223,29 +256,38 @@ def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Pla
             f"{h.name}: {len(drift)} target file(s) drifted; refusing before any write:\n  " + "\n  ".join(drift),
             hint=f"inspect with: ddtree-deploy status {h.name}; reinstall sglang=={bs.version} on the host to get pristine files",
             details={"host": h.name, "drifted": drift})
+    return files
+
+
+def refuse_if_locked(h: HostConfig, pr: dict[str, Any]) -> None:
     lock = pr.get("lock")
-    stuck = [r for r in pr.get("records", []) if r.get("status") in INTERRUPTED]
-    if lock and not dry_run:
+    if lock:
         raise LockHeldError(
             f"{h.name}: deploy lock held by {lock.get('who')} since {lock.get('when')} ({lock.get('op')} {lock.get('deploy_id')}"
             f"{', why: ' + lock['why'] if lock.get('why') else ''})" + ("; its process is gone" if lock.get("alive") is False else ""),
             hint=(f"an interrupted deploy: ddtree-deploy status {h.name}, then ddtree-deploy rollback {h.name}"
                   if lock.get("alive") is False else f"wait, or if you are sure: ddtree-deploy lock release {h.name}"),
             details={"host": h.name, "holder": lock})
-    broken = [r for r in pr.get("records", []) if r.get("status") == "needs-human"]
-    if broken and not dry_run:
+
+
+def refuse_if_needs_human(h: HostConfig, pr: dict[str, Any]) -> None:
+    broken = [r for r in pr.get("records", []) if r.get("status") == NEEDS_HUMAN]
+    if broken:
         raise HostRefusedError(
             f"{h.name}: deploy {broken[-1]['deploy_id']} could not be restored earlier and needs a human: "
             + "; ".join(broken[-1].get("restore_problems", [])[:3]),
             hint=f"ddtree-deploy status {h.name}; fix the backup/files, then ddtree-deploy rollback {h.name} "
                  f"(or, after reinstalling sglang, remove {pr['state_dir']}/deploys/{broken[-1]['deploy_id']})",
             details={"host": h.name, "needs_human": broken[-1]["deploy_id"]})
-    if stuck and not lock and not dry_run:
+
+
+def refuse_if_interrupted(h: HostConfig, pr: dict[str, Any]) -> None:
+    """A deploy that stopped half way (its lock is gone: a held lock refuses first) may have left the host mixed."""
+    stuck = [r for r in pr.get("records", []) if r.get("status") in INTERRUPTED]
+    if stuck and not pr.get("lock"):
         raise HostRefusedError(
             f"{h.name}: deploy {stuck[-1]['deploy_id']} was interrupted ({stuck[-1]['status']}); the host may be mixed",
             hint=f"ddtree-deploy rollback {h.name}", details={"host": h.name, "interrupted": stuck[-1]["deploy_id"]})
-    check_disk(h, pr, plan.to_send)
-    return plan
 
 
 def check_disk(h: HostConfig, pr: dict[str, Any], sending: list[FilePlan]) -> None:
@@ -435,7 +477,7 @@ def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
         "python_version": pr.get("python_version"), "lock": pr.get("lock"), "files": files,
         "last_deploy": {k: last.get(k) for k in ("deploy_id", "status", "series_id", "who", "started", "finished", "failure")} if last else None,
         "interrupted": stuck,
-        "needs_human": [r["deploy_id"] for r in records if r.get("status") == "needs-human"],
+        "needs_human": [r["deploy_id"] for r in records if r.get("status") == NEEDS_HUMAN],
         "applied": [r["deploy_id"] for r in records if r.get("status") in APPLIED],
     }
 

@@ -11,7 +11,7 @@ from typing import Any
 from ddtree_deploy.errors import DDTreeDeployError, RemoteError, RolledBackError, SmokeFailedError, UsageError
 from ddtree_deploy.remote import hostops
 from ddtree_deploy.remote.connection import HostConnection, Interrupted
-from ddtree_deploy.remote.fleet import UI, HostResult
+from ddtree_deploy.remote.fleet import HostResult, Reporter
 from ddtree_deploy.remote.hostops import BuildSet
 from ddtree_deploy.remote.inventory import HostConfig
 
@@ -27,20 +27,20 @@ class PushOptions:
     why: str | None = None
 
 
-def _connect(h: HostConfig, ui: UI, accept_new: bool) -> HostConnection:
-    ui.phase(h.name, "connecting", 5)
+def _connect(h: HostConfig, report: Reporter, accept_new: bool) -> HostConnection:
+    report.phase(h.name, "connecting", 5)
     hc = HostConnection(h, accept_new_host_key=accept_new).open()
     if hc.new_host_key:
-        ui.note(h.name, f"recorded new host key {hc.new_host_key} in {h.known_hosts_path}")
+        report.note(h.name, f"recorded new host key {hc.new_host_key} in {h.known_hosts_path}")
     return hc
 
 
-def _event_cb(h: HostConfig, ui: UI):
+def _event_cb(h: HostConfig, report: Reporter):
     def cb(ev: dict[str, Any]) -> None:
         ph = ev.get("phase", "")
         if ph == "test-hook":
             return
-        ui.phase(h.name, ph, PHASES.get(ph))
+        report.phase(h.name, ph, PHASES.get(ph))
     return cb
 
 
@@ -77,13 +77,13 @@ def _interrupted(h: HostConfig, deploy_id: str, exc: DDTreeDeployError) -> Inter
 
 
 def push_pipeline(bs: BuildSet, opts: PushOptions):
-    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
+    def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         if opts.restart and not h.restart_command:
             raise UsageError(f"{h.name}: --restart, but the inventory has no restart_command for this host",
                              hint=f"add restart_command (and health_url) to [hosts.{h.name}], or drop --restart")
-        hc = _connect(h, ui, opts.accept_new_host_key)
+        hc = _connect(h, report, opts.accept_new_host_key)
         try:
-            ui.phase(h.name, "preflight", 15)
+            report.phase(h.name, "preflight", 15)
             plan = hostops.preflight(hc, bs, dry_run=opts.dry_run)
             send = plan.to_send
             files = [{"path": f.path, "state": f.state, "action": f.action, "send": f.send} for f in plan.files]
@@ -107,11 +107,11 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
             def on_sent(n: int) -> None:
                 sent[0] += n
                 total = max(1, plan.bytes_to_send)
-                ui.phase(h.name, f"uploading {sent[0]}/{total} bytes", 20 + 15 * sent[0] / total)
+                report.phase(h.name, f"uploading {sent[0]}/{total} bytes", 20 + 15 * sent[0] / total)
 
-            ui.phase(h.name, "uploading", 20)
+            report.phase(h.name, "uploading", 20)
             try:
-                rec = hostops.apply(hc, bs, plan, deploy_id=deploy_id, why=opts.why, on_event=_event_cb(h, ui),
+                rec = hostops.apply(hc, bs, plan, deploy_id=deploy_id, why=opts.why, on_event=_event_cb(h, report),
                                     on_sent=on_sent, cancel=cancel)
             except DDTreeDeployError as exc:  # every outcome says what went over the wire
                 exc.details["files_sent"], exc.details["bytes_sent"] = _sent_counts(send, sent[0])
@@ -129,7 +129,7 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
                                 data={"files": files, "checks": rec.get("checks"), "wire_bytes": hc.bytes_sent})
             if opts.restart:
                 try:
-                    _service_step(hc, bs, deploy_id, opts, ui, cancel)
+                    _service_step(hc, bs, deploy_id, opts, report, cancel)
                 except DDTreeDeployError as exc:
                     exc.details["files_sent"], exc.details["bytes_sent"] = len(send), plan.bytes_to_send
                     raise
@@ -158,17 +158,17 @@ print("unhealthy: " + last); sys.exit(1)
 """
 
 
-def _restart(hc: HostConnection, ui: UI) -> tuple[bool, str]:
+def _restart(hc: HostConnection, report: Reporter) -> tuple[bool, str]:
     h = hc.host
     if not h.restart_command:
         return False, "no restart_command in the inventory"
-    ui.phase(h.name, "restarting", 92)
+    report.phase(h.name, "restarting", 92)
     assert hc.conn is not None
     r = hc.conn.run(h.restart_command, hide=True, warn=True, timeout=int(h.health_timeout) + 60, in_stream=False)
     if r.failed:
         return False, f"restart_command exited {r.exited}: {(r.stderr or r.stdout).strip()[-500:]}"
     if h.health_url:
-        ui.phase(h.name, "waiting for health", 95)
+        report.phase(h.name, "waiting for health", 95)
         cmd = f"{shlex.quote(h.python)} -c {shlex.quote(HEALTH_SRC)} {shlex.quote(h.health_url)} {h.health_timeout:g}"
         r = hc.conn.run(cmd, hide=True, warn=True, timeout=int(h.health_timeout) + 30, in_stream=False)
         if r.failed:
@@ -176,12 +176,12 @@ def _restart(hc: HostConnection, ui: UI) -> tuple[bool, str]:
     return True, "ok"
 
 
-def _service_step(hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOptions, ui: UI,
+def _service_step(hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOptions, report: Reporter,
                   cancel: threading.Event) -> None:
     h = hc.host
-    ok, why = _restart(hc, ui)
+    ok, why = _restart(hc, report)
     if ok:
-        ui.phase(h.name, "smoke (after restart)", 97)
+        report.phase(h.name, "smoke (after restart)", 97)
         chk = hostops.smoke(hc, bs, cancel=cancel)["checks"]
         if not chk.get("ok"):
             ok, why = False, f"smoke after restart failed ({chk.get('failed_step')}): {chk.get('output_tail', '')[-300:]}"
@@ -190,19 +190,19 @@ def _service_step(hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOp
     if opts.no_rollback:
         raise SmokeFailedError(f"{h.name}: {why}; left deployed ({deploy_id}) because of --no-rollback",
                                hint=f"ddtree-deploy rollback {h.name}", details={"deploy_id": deploy_id})
-    ui.phase(h.name, "rolling back", 98)
+    report.phase(h.name, "rolling back", 98)
     hostops.rollback(hc, to=None, why=f"service step failed: {why}", expect_latest=deploy_id)
-    ok2, why2 = _restart(hc, ui)
+    ok2, why2 = _restart(hc, report)
     raise RolledBackError(f"{h.name}: {why}; rolled back {deploy_id} (verified)"
                           + ("" if ok2 else f"; the restart after rollback ALSO failed: {why2}"),
                           hint=f"ddtree-deploy status {h.name}", details={"deploy_id": deploy_id})
 
 
 def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
-    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
-        with _connect(h, ui, accept_new) as hc:
-            ui.phase(h.name, "smoke", 30)
-            res = hostops.smoke(hc, bs, on_event=_event_cb(h, ui), cancel=cancel)
+    def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
+        with _connect(h, report, accept_new) as hc:
+            report.phase(h.name, "smoke", 30)
+            res = hostops.smoke(hc, bs, on_event=_event_cb(h, report), cancel=cancel)
             chk = res["checks"]
             if not chk.get("ok"):
                 raise SmokeFailedError(
@@ -218,10 +218,10 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
 
 def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None = None, *,
                       dry_run: bool = False, force: bool = False):
-    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
-        with _connect(h, ui, accept_new) as hc:
-            ui.phase(h.name, "rolling back" if not dry_run else "checking the rollback", 30)
-            res = hostops.rollback(hc, to=to, why=why, dry_run=dry_run, force=force, on_event=_event_cb(h, ui),
+    def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
+        with _connect(h, report, accept_new) as hc:
+            report.phase(h.name, "rolling back" if not dry_run else "checking the rollback", 30)
+            res = hostops.rollback(hc, to=to, why=why, dry_run=dry_run, force=force, on_event=_event_cb(h, report),
                                    cancel=cancel)
             if dry_run:
                 steps = res.get("would_undo", [])
@@ -251,9 +251,9 @@ def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None 
 
 
 def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
-    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
-        with _connect(h, ui, accept_new) as hc:
-            ui.phase(h.name, "status", 50)
+    def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
+        with _connect(h, report, accept_new) as hc:
+            report.phase(h.name, "status", 50)
             st = hostops.status(hc, bs)
             counts: dict[str, int] = {}
             for f in st["files"]:
@@ -271,16 +271,16 @@ def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
 
 
 def history_pipeline(limit: int | None, accept_new: bool = False):
-    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
-        with _connect(h, ui, accept_new) as hc:
+    def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
+        with _connect(h, report, accept_new) as hc:
             entries = hostops.history(hc, limit)
             return HostResult(h.name, True, "ok", 0, f"{len(entries)} entries", data={"entries": entries})
     return run
 
 
 def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = False):
-    def run(h: HostConfig, ui: UI, cancel: threading.Event) -> HostResult:
-        with _connect(h, ui, accept_new) as hc:
+    def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
+        with _connect(h, report, accept_new) as hc:
             if action == "status":
                 lk = hostops.lock_status(hc)
                 if not lk:

@@ -1,0 +1,86 @@
+"""The project's CLI conventions on top of typer: real metavars in help, usage errors in the
+``error:`` / ``fix:`` style.
+
+typer's rich help prints each parameter's Python type (``<bool>`` beside every flag,
+``<list[str]>`` beside a repeatable argument). Here a flag shows no value at all, an option shows
+its metavar (``--build DIR``), and an argument shows its metavar in the name column only
+(``HOST...``). Every command and group is built with :class:`Command` / :class:`Group`, which apply
+that when the help is drawn; the metavars themselves are written at each parameter.
+
+A click usage error (a missing argument, an unknown option or command, a bad value) becomes an
+``errors.UsageError`` (exit 2) whose hint names the usage line and the command's ``--help``, so
+``cli.main`` prints it, and its ``--json`` document, like every other error.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from typer.core import TyperArgument, TyperCommand, TyperGroup
+
+from ddtree_deploy.errors import UsageError
+
+try:  # typer >= 0.16 vendors its own click
+    from typer._click import Context, Parameter  # type: ignore[import-not-found,attr-defined]
+    from typer._click.exceptions import UsageError as ClickUsageError  # type: ignore[import-not-found]
+except ImportError:  # pragma: no cover
+    from click import Context, Parameter  # type: ignore[assignment,no-redef]
+    from click.exceptions import UsageError as ClickUsageError  # type: ignore[assignment,no-redef]
+
+PROG = "ddtree-deploy"
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def show_metavars(params: Sequence[Parameter]) -> None:
+    """A flag takes no value: no type beside it; an argument's metavar is already its name."""
+    for p in params:
+        if getattr(p, "is_flag", False) or getattr(p, "count", False):
+            p.metavar = ""
+        elif isinstance(p, TyperArgument):
+            p.display_type_rich = _no_type  # type: ignore[method-assign]
+
+
+class Command(TyperCommand):
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        show_metavars(self.get_params(ctx))
+        return super().format_help(ctx, formatter)
+
+
+class Group(TyperGroup):
+    def format_help(self, ctx: Context, formatter: Any) -> None:
+        show_metavars(self.get_params(ctx))
+        return super().format_help(ctx, formatter)
+
+
+def _command_of(root: Any, args: Sequence[str]) -> Context:
+    """The context of the deepest command that ``args`` name (for an error click raised without one)."""
+    cmd, path = root, [PROG]
+    for a in args:
+        if a.startswith("-"):
+            continue
+        sub = getattr(cmd, "commands", {}).get(a)
+        if sub is None:
+            break
+        cmd, path = sub, path + [a]
+    return Context(cmd, info_name=" ".join(path))
+
+
+def usage_error(exc: ClickUsageError, root: Any = None, args: Sequence[str] = ()) -> UsageError:
+    """click's usage error as the project's: the message, then the usage line and where help is.
+    ``root`` and ``args`` (the click command and the argv) find the command when click names none."""
+    ctx = exc.ctx
+    if ctx is None and root is not None:
+        ctx = _command_of(root, args)
+    path = ctx.command_path if ctx is not None else PROG
+    where = path[len(PROG):].strip() if path.startswith(PROG) else path
+    message = exc.format_message().rstrip(".")
+    if where:
+        message = f"{where}: {message}"
+    usage = ""
+    if ctx is not None:
+        pieces = " ".join(ctx.command.collect_usage_pieces(ctx))
+        usage = f"usage: {path} {pieces}; "
+    return UsageError(message, hint=f"{usage}see `{path} --help`", details={"usage_error": type(exc).__name__})
