@@ -35,8 +35,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
+    # --src is a bare sglang/ source tree (no __init__.py, nothing to install) on a machine with only
+    # torch and Triton: the one import root this script adds (tests/foundation/test_no_sys_path.py
+    # lists it). sglang_kernels is this script's sibling: tools/ is sys.path[0] when it runs.
     sys.path.insert(0, str(args.src))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
 
     from sglang.srt.speculative import ddtree_utils as du  # bare namespace package: no SGLang init
