@@ -58,3 +58,29 @@ def test_the_link_pattern():
     text = ("[a](x.md) ![img](d/p.png) [`code`](y.md#part) [web](https://e.org/z) [self](#anchor)\n"
             "`[not](inline.md)`\n```\n[not](fenced.md)\n```\n[t](<spaced.md> \"title\")")
     assert relative_links(text) == ["x.md", "d/p.png", "y.md#part", "spaced.md"]
+
+
+def test_the_readme_commands_table_names_every_command():
+    """Each command (and sub-command) the CLI has is a row of the README's commands table."""
+    import typer
+
+    from ddtree_deploy.cli import app
+
+    def leaves(cmd, prefix: str) -> list[str]:  # typer's own (vendored) click Group: duck-typed
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            return [n for name, sub in subs.items() for n in leaves(sub, f"{prefix} {name}".strip())]
+        return [prefix]
+
+    every = leaves(typer.main.get_command(app), "")
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    table = text.split("## Commands", 1)[1].split("\n## ", 1)[0]
+    covered = set()
+    for m in re.finditer(r"^\| `ddtree-deploy ([^`]*)`", table, re.M):
+        words = m.group(1).replace("\\|", "|").split()  # "lock status|release HOST..." names two
+        covered.add(words[0])
+        if len(words) > 1:
+            covered.update(f"{words[0]} {sub}" for sub in words[1].split("|"))
+    assert len(every) >= 10, every
+    missing = [c for c in every if c not in covered]
+    assert not missing, f"commands without a row in the README's commands table: {missing}"
