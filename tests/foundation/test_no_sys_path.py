@@ -18,7 +18,6 @@ SELF = Path(__file__).resolve()
 # path (relative to the repo; a trailing "/" means the whole folder) -> why it may edit sys.path
 ALLOWED = {
     "tools/sglang_h200/": "the H200 harness runs on a bare GPU machine with nothing installed (docs/h200-harness.md)",
-    "tools/gpu_suite.py": "--src is a bare sglang/ source tree (no __init__.py) on a GPU machine with only torch and Triton",
     "deploy/ddtree_deploy/remote/agent.py": "the host-side agent drops '' and '.' so the host's cwd cannot shadow the stdlib",
 }
 
