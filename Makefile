@@ -15,7 +15,7 @@ help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
 	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
 	@echo "make check   ddtree-deploy check on the repo's series"
-	@echo "make lint    ruff (pyflakes, pycodestyle, import order) on the deploy package and its tests"
+	@echo "make lint    ruff (pyflakes, pycodestyle, import order) and mypy --strict on the core packages"
 	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
 	@echo "make mutation  mutation testing of the patch engine + the agent's restore path (slow, bounded)"
 
@@ -47,10 +47,12 @@ demo: venv sshd snapshot
 	$(DD) demo
 
 # The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
-# ruff's rules live in pyproject.toml ([tool.ruff]); `make test` runs it first.
+# ruff's rules and mypy's files and overrides live in pyproject.toml ([tool.ruff], [tool.mypy]);
+# `make test` runs both first.
 LINT_PATHS := deploy/ddtree_deploy tests/foundation tests/deploy tests/testkit.py tests/conftest.py
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/mypy
 
 test: venv sshd snapshot lint
 	@start=$$(date +%s); $(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \

@@ -30,14 +30,13 @@ import time
 import zipfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "deploy"))
+from ddtree_deploy.remote.fleet import run_fleet
+from ddtree_deploy.remote.hostops import load_build
+from ddtree_deploy.remote.inventory import load_inventory
+from ddtree_deploy.remote.push import PushOptions, push_pipeline
+from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
-from ddtree_deploy.remote.fleet import run_fleet  # noqa: E402
-from ddtree_deploy.remote.hostops import load_build  # noqa: E402
-from ddtree_deploy.remote.inventory import load_inventory  # noqa: E402
-from ddtree_deploy.remote.push import PushOptions, push_pipeline  # noqa: E402
-from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory  # noqa: E402
+REPO = Path(__file__).resolve().parent.parent
 
 PREFIX = "sglang/srt/speculative/"
 DFLASH_LIKE = ["spec_info.py", "dflash_worker_v2.py", "dflash_info.py", "dflash_info_v2.py", "spec_utils.py"]

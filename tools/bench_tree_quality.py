@@ -37,8 +37,7 @@ BUDGETS = (16, 64, 256, 1024)
 
 
 def load_du():
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_builder import load_ddtree_utils
+    from bench_builder import load_ddtree_utils  # this script's sibling: tools/ is sys.path[0] when it runs
 
     return load_ddtree_utils(None)[0]
 

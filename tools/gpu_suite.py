@@ -21,12 +21,29 @@ Exits non-zero if any check fails.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
+
+
+def import_from_bare_tree(src: Path, module: str) -> types.ModuleType:
+    """Import ``module`` (``sglang....``) from the bare ``SRC/sglang/`` tree (no ``__init__.py``, so
+    nothing of SGLang runs) without adding ``SRC`` to ``sys.path``: ``sglang`` is bound to that one
+    folder, as ``ddtree_deploy.build.overlay.import_patched`` does on a machine with the tool."""
+    root = Path(src) / "sglang"
+    if not root.is_dir():
+        raise SystemExit(f"--src {src}: no sglang/ folder in it (tools/make_gpu_bundle.py makes one)")
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        del sys.modules[name]
+    pkg = types.ModuleType("sglang")
+    pkg.__path__ = [str(root)]
+    sys.modules["sglang"] = pkg
+    return importlib.import_module(module)
 
 
 def main() -> int:
@@ -35,12 +52,10 @@ def main() -> int:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
-    sys.path.insert(0, str(args.src))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
+    from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify  # tools/ is sys.path[0]
 
-    from sglang.srt.speculative import ddtree_utils as du  # bare namespace package: no SGLang init
-    from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify
+    du = import_from_bare_tree(args.src, "sglang.srt.speculative.ddtree_utils")
 
     dev = torch.device("cuda")
     g = torch.Generator(device="cpu").manual_seed(args.seed)

@@ -14,13 +14,11 @@ import shutil
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from ddtree_deploy.build.overlay import build_overlay
+from ddtree_deploy.pin.snapshot import ensure_snapshot
+from sglang_kernels import SPEC_TREE  # this script's sibling: tools/ is sys.path[0] when it runs
 
 UNO_TREE = "sglang/kernels/ops/speculative/uno_tree.py"  # SGLang's own tree builder, for bench_builder
-
-from ddtree_deploy.build.overlay import build_overlay  # noqa: E402
-from ddtree_deploy.pin.snapshot import ensure_snapshot  # noqa: E402
-from sglang_kernels import SPEC_TREE  # noqa: E402
 
 
 def main() -> int:

@@ -42,14 +42,9 @@ import threading
 import time
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 from typing import Any
 
-_HERE = Path(__file__).resolve().parent
-for _p in (_HERE, _HERE.parent / "deploy"):  # ddtree_offline, ddtree_deploy without an install
-    if str(_p) not in sys.path:
-        sys.path.insert(0, str(_p))
-
+# ddtree_offline is this script's sibling (tools/ is sys.path[0] when it runs); ddtree_deploy is installed.
 ALGORITHM = {"target": None, "dflash": "DFLASH", "ddtree": "DDTREE"}
 
 

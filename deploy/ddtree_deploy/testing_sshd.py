@@ -40,7 +40,8 @@ def sshd_available() -> str | None:
 def free_port(addr: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((addr, 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def _keygen(path: Path, comment: str) -> None:
@@ -77,7 +78,8 @@ def _children(pid: int) -> list[int]:
 
 
 def descendants(pid: int) -> list[int]:
-    todo, seen = [pid], []
+    todo: list[int] = [pid]
+    seen: list[int] = []
     while todo and len(seen) < 10000:
         p = todo.pop()
         for c in _children(p):
@@ -127,7 +129,7 @@ class FakeHost:
     root: Path
     addr: str
     port: int = 0
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
     venv: Path | None = None
     site: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)

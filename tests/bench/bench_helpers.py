@@ -16,12 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-
 REPO = Path(__file__).resolve().parents[2]
-try:  # in-process imports work without the editable install too
-    import ddtree_deploy  # noqa: F401
-except ImportError:  # pragma: no cover
-    sys.path.insert(0, str(REPO / "deploy"))
 STANDIN = REPO / "tools" / "standin_server.py"
 # Small and fast on a CPU; the same engine settings are used for the offline .pt baseline.
 ENGINE_ARGS = ["--block-size", "8", "--vocab", "512", "--drafter-quality", "0.8", "--threads", "1"]

@@ -271,3 +271,32 @@ def test_generate_payloads(monkeypatch, tmp_path):
     cfg.seed = 100
     bench.run_instance("http://127.0.0.1:1", Instance("d", 6, ["t1"], None), spec, cfg, None)
     assert sent[-1][1]["sampling_params"] == {"max_new_tokens": 7, "temperature": 1.0, "sampling_seed": 106}
+
+
+@pytest.mark.parametrize("answer", [b'"busy"', b"[]", b"[1, 2]", b"null"])
+def test_a_generate_answer_that_is_not_one_json_object_is_a_server_error(answer):
+    """A real HTTP server on loopback answers /generate with JSON that is not an object: the
+    bench says so where the answer enters (BenchServerError), not later as an AttributeError."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, HTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(answer)))
+            self.end_headers()
+            self.wfile.write(answer)
+
+        def log_message(self, *args):
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/generate"
+        with pytest.raises(bench.BenchServerError, match="not a JSON object"):
+            bench.http_post_json(url, {"text": "hi"}, timeout=10)
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -34,11 +35,14 @@ def test_standin_ops_match_torch_references():
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "failed 0" in proc.stdout
     names = {ln.split()[1].split("[")[0].split("(")[0] for ln in proc.stdout.splitlines() if ln.startswith("CHECK ")}
-    sys.path.insert(0, str(HARNESS / "standin"))
-    try:
-        from sgl_kernel._ops import STOOD_IN
-    finally:
-        sys.path.pop(0)
+    # The stand-in sgl_kernel is imported in a child with the harness's PYTHONPATH, never into this
+    # process: no sys.path edit here, and no stand-in left in sys.modules for a later `import sgl_kernel`.
+    listed = subprocess.run(
+        [sys.executable, "-c", "import json; from sgl_kernel._ops import STOOD_IN; print(json.dumps(sorted(STOOD_IN)))"],
+        capture_output=True, text=True, timeout=120, env=_env())
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    STOOD_IN = json.loads(listed.stdout.strip().splitlines()[-1])
+    assert STOOD_IN, "the stand-in lists no ops"
     assert set(STOOD_IN) <= names, f"stood-in ops without a check: {set(STOOD_IN) - names}"
 
 

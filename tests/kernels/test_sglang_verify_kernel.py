@@ -21,12 +21,11 @@ pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent(r"""
     import json, sys, torch
-    sys.path.insert(0, sys.argv[1])
     from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify
     from ddtree_deploy.build.overlay import import_patched
     du = import_patched("sglang.srt.speculative.ddtree_utils")
-    verify = load_verify_tree_greedy(sys.argv[2] + "/" + SPEC_TREE)
-    g = torch.Generator().manual_seed(int(sys.argv[3]))
+    verify = load_verify_tree_greedy(sys.argv[1] + "/" + SPEC_TREE)
+    g = torch.Generator().manual_seed(int(sys.argv[2]))
     cases = 0
     for bs, D, K, B in [(1, 4, 2, 5), (3, 6, 3, 16), (2, 15, 4, 64), (4, 3, 1, 3), (2, 5, 8, 1)]:
         for trial in range(6):
@@ -60,8 +59,10 @@ SCRIPT = textwrap.dedent(r"""
 def test_sglang_triton_verify_matches_our_walk(repo, snapshot_root, tmp_path):
     script = tmp_path / "check.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
-    proc = subprocess.run([sys.executable, str(script), str(repo / "tools"), str(snapshot_root), "7"],
+    # tools/sglang_kernels.py is a script's helper module, not a package: the child gets tools/ on its PYTHONPATH.
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join(p for p in (str(repo / "tools"), os.environ.get("PYTHONPATH")) if p)}
+    proc = subprocess.run([sys.executable, str(script), str(snapshot_root), "7"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert json.loads(proc.stdout.strip().splitlines()[-1])["cases"] == 30

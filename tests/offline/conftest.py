@@ -7,16 +7,7 @@ tests fail: they always run against the real core from the series.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-for sub in ("tools", "deploy"):
-    p = str(ROOT / sub)
-    if p not in sys.path:
-        sys.path.insert(0, p)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

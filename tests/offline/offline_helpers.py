@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import torch
 
 ROOT = Path(__file__).resolve().parents[2]
-for _sub in ("tools", "deploy"):
-    _p = str(ROOT / _sub)
-    if _p not in sys.path:
-        sys.path.insert(0, _p)
 
 
 def make_engine(target, quality=0.85, block_size=8, seed=1, **kw):

@@ -19,14 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
+import re_cases as cases  # tests/real_engine is on pytest's pythonpath (pyproject.toml)
+from re_engine_proc import EngineProc, StartupRefused  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 SERIES = REPO / "patches" / "sglang-0.5.23"
-sys.path.insert(0, str(HERE))
-
-import re_cases as cases  # noqa: E402
-from re_engine_proc import EngineProc, StartupRefused  # noqa: E402,F401
 
 pytestmark = pytest.mark.real_engine
 

@@ -12,11 +12,12 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from ddtree_deploy.build.manifest import FileEntry, Manifest, PatchEntry
 from ddtree_deploy.errors import CompileError, DDTreeDeployError, HashMismatchError, PinError, UsageError
 from ddtree_deploy.hashing import sha256_bytes
-from ddtree_deploy.patches.engine import ApplyResult, apply_series, compile_check, tree_mode, tree_reader
+from ddtree_deploy.patches.engine import ApplyResult, BaseReader, FileResult, apply_series, compile_check, tree_mode, tree_reader
 from ddtree_deploy.patches.series import Series, load_series
 from ddtree_deploy.paths import default_pin_path, default_series_dir
 from ddtree_deploy.pin.pin import ABSENT, Pin, load_pin
@@ -48,7 +49,7 @@ def _needs_base(series: Series) -> bool:
     return any(f.action != "create" for p in series.patches for f in p.files)
 
 
-def _reader(base_dir: Path | None):
+def _reader(base_dir: Path | None) -> tuple[BaseReader, Callable[[str], int | None]]:
     if base_dir is None:
         return (lambda rel: None), (lambda rel: None)
     return tree_reader(base_dir), tree_mode(base_dir)
@@ -153,7 +154,7 @@ def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
     return out_dir
 
 
-def _py_compile(path: Path, fr) -> None:
+def _py_compile(path: Path, fr: FileResult) -> None:
     with tempfile.TemporaryDirectory() as cdir:
         try:
             py_compile.compile(str(path), cfile=os.path.join(cdir, "x.pyc"), dfile=fr.path, doraise=True)
@@ -178,7 +179,7 @@ class PatchReport:
     sha256: str
     status: str  # applied | failed | not-reached
     files: list[str]
-    error: dict | None = None
+    error: dict[str, Any] | None = None
 
 
 @dataclass
@@ -190,10 +191,10 @@ class CheckReport:
     patches: list[PatchReport] = field(default_factory=list)
     compiled: list[str] = field(default_factory=list)
     unlisted: list[str] = field(default_factory=list)
-    error: dict | None = None
+    error: dict[str, Any] | None = None
     exit_code: int = 0
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
             "series": self.series,

@@ -8,15 +8,16 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
-from ddtree_deploy.errors import DDTreeDeployError
+from ddtree_deploy.errors import DDTreeDeployError, ExitCode
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"
 
 
 class ManifestError(DDTreeDeployError):
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Manifest:
     files: list[FileEntry]
     format: int = FORMAT
 
-    def to_json(self) -> dict:
+    def to_json(self) -> dict[str, Any]:
         return {
             "format": self.format,
             "package": self.package,
@@ -68,7 +69,7 @@ class Manifest:
         return None
 
     @classmethod
-    def from_json(cls, data: dict) -> "Manifest":
+    def from_json(cls, data: dict[str, Any]) -> "Manifest":
         try:
             if data.get("format") != FORMAT:
                 raise ManifestError(f"manifest format {data.get('format')!r} is not {FORMAT}")

@@ -44,7 +44,7 @@ def import_patched(module_name: str, series_dir: Path | None = None) -> types.Mo
         for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
             del sys.modules[name]
         pkg = types.ModuleType("sglang")
-        pkg.__path__ = [str(root)]  # type: ignore[attr-defined]
+        pkg.__path__ = [str(root)]
         setattr(pkg, _MARK, str(root))
         sys.modules["sglang"] = pkg
     return importlib.import_module(module_name)

@@ -38,7 +38,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from ddtree_deploy.errors import RemoteError, UsageError
 from ddtree_deploy.measure.datasets import ChatRenderer, Instance, load_prompts
@@ -49,6 +49,9 @@ from ddtree_deploy.measure.records import (
     ddtree_method,
     write_jsonl,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 KINDS = ("baseline", "dflash", "ddtree")
 ALGORITHM = {"baseline": "", "dflash": "DFLASH", "ddtree": "DDTREE"}
@@ -159,7 +162,7 @@ def _fill(template: str, spec: RunSpec, port: int | None) -> str:
         "port": "" if port is None else str(port),
     }
 
-    def sub(m: re.Match) -> str:
+    def sub(m: re.Match[str]) -> str:
         k = m.group(1)
         if k not in values:
             raise UsageError(f"unknown placeholder {{{k}}} in {template!r} (use budget, port, method, kind, algorithm)")
@@ -210,12 +213,14 @@ def http_post_json(url: str, payload: dict[str, Any], timeout: float) -> dict[st
         out = json.loads(body)
     except json.JSONDecodeError:
         raise BenchServerError(f"POST {url}: not JSON: {body[:200]!r}") from None
-    if isinstance(out, list):  # a batch answer to a single prompt
+    if isinstance(out, list) and len(out) == 1:  # a batch answer to a single prompt
         out = out[0]
+    if not isinstance(out, dict):
+        raise BenchServerError(f"POST {url}: the answer is not a JSON object: {body[:200]!r}")
     return out
 
 
-def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen | None = None, log_path: Path | None = None) -> float:
+def wait_healthy(url: str, timeout_s: float, proc: subprocess.Popen[bytes] | None = None, log_path: Path | None = None) -> float:
     """Poll ``GET url/health`` until 200; bounded by ``timeout_s``. Returns seconds waited."""
     t0 = time.monotonic()
     deadline = t0 + timeout_s
@@ -251,7 +256,7 @@ class ManagedServer:
     def __init__(self, command: str, url: str, log_path: Path, health_timeout_s: float, stop_timeout_s: float = 30.0):
         self.command, self.url, self.log_path = command, url, log_path
         self.health_timeout_s, self.stop_timeout_s = health_timeout_s, stop_timeout_s
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.health_wait_s: float | None = None
 
     def __enter__(self) -> "ManagedServer":
@@ -317,7 +322,8 @@ def ddtree_debug(mi: dict[str, Any]) -> dict[str, list[float] | None]:
     ``ddtree_tree_size``, ``ddtree_tree_depth``; a nested ``meta_info["ddtree"]`` dict with
     ``acceptance_lengths`` / ``predicted_acceptance`` / ``tree_sizes`` / ``tree_depths`` is read too.
     """
-    nested = mi.get("ddtree") if isinstance(mi.get("ddtree"), dict) else {}
+    got = mi.get("ddtree")
+    nested: dict[str, Any] = got if isinstance(got, dict) else {}
 
     def pick(top: str, sub: str) -> list[float] | None:
         v = mi.get(top)
@@ -438,7 +444,7 @@ def summarize(records: list[RunRecord], walls: dict[tuple[str, str], float]) -> 
             "tau": group_tau(recs),
             "tokens_per_s": toks / wall if wall else None,
             "tpot_mean_s": tpot,
-            "predicted_tau": mean([_predicted_tau(r) for r in recs if _predicted_tau(r) is not None]),
+            "predicted_tau": mean([p for p in map(_predicted_tau, recs) if p is not None]),
             "speedup_vs_baseline": None,
             "exact_match_vs_baseline": None,
         }
@@ -464,7 +470,7 @@ def _predicted_tau(r: RunRecord) -> float | None:
     return None
 
 
-def render_summary(rows: list[dict[str, Any]], console, title: str) -> None:
+def render_summary(rows: list[dict[str, Any]], console: Console, title: str) -> None:
     from rich.table import Table
 
     from ddtree_deploy.measure.compare import wide
@@ -503,7 +509,7 @@ def plan_runs(cfg: BenchConfig) -> list[RunSpec]:
     return out
 
 
-def run_bench(target: BenchTarget, cfg: BenchConfig, console, *, progress: bool = True) -> dict[str, Any]:
+def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progress: bool = True) -> dict[str, Any]:
     """Run the sweep; write ``runs.jsonl``, ``summary.json``, ``sweep.png``; return the summary."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

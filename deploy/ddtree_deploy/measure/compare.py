@@ -21,10 +21,13 @@ from __future__ import annotations
 import math
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from ddtree_deploy.errors import CompareFailedError, UsageError
 from ddtree_deploy.measure.records import METHOD_BASELINE, RunRecord, dataset_key, iter_groups
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 CONTEXT_TOKENS = 8
 
@@ -160,7 +163,7 @@ def compare_records(
             rr, br = run_recs[pi], ref_recs[pi]
             status, pos = match_status(rr.output_ids, br.output_ids)
             statuses[status] += 1
-            if status != "match" and len(divergences) < max_divergences:
+            if pos is not None and len(divergences) < max_divergences:  # pos is None only for "match"
                 d: dict[str, Any] = {
                     "prompt_index": pi,
                     "status": status,
@@ -188,7 +191,9 @@ def compare_records(
         tau_run, tau_ref = group_tau(run_common), group_tau(ref_common)
         hist_run, hist_ref = tau_histogram(run_common), tau_histogram(ref_common)
         tpot_run, tpot_ref = group_tpot(run_common), group_tpot(ref_common)
-        g = {
+        tau_ratio, tpot_ratio = ratio(tau_run, tau_ref), ratio(tpot_run, tpot_ref)
+        group_failures: list[str] = []
+        g: dict[str, Any] = {
             "dataset": ds,
             "method": method,
             "ref_method": ref_method,
@@ -205,27 +210,27 @@ def compare_records(
             "divergences": divergences,
             "tau_run": tau_run,
             "tau_ref": tau_ref,
-            "tau_ratio": ratio(tau_run, tau_ref),
+            "tau_ratio": tau_ratio,
             "tau_hist_run": {str(k2): v for k2, v in (hist_run or {}).items()} or None,
             "tau_hist_ref": {str(k2): v for k2, v in (hist_ref or {}).items()} or None,
             "tau_hist_tv": histogram_tv(hist_run, hist_ref),
             "tpot_run_s": tpot_run,
             "tpot_ref_s": tpot_ref,
-            "tpot_ratio": ratio(tpot_run, tpot_ref),
-            "failures": [],
+            "tpot_ratio": tpot_ratio,
+            "failures": group_failures,
         }
         name = f"{ds}/{method} (vs {ref_method})"
         if n == 0:
-            g["failures"].append("no prompt index in common with the baseline")
+            group_failures.append("no prompt index in common with the baseline")
         if th.min_exact_match is not None and em is not None and em < th.min_exact_match:
             first = divergences[0] if divergences else None
             where = f"; first: prompt {first['prompt_index']} at token {first['position']}" if first else ""
-            g["failures"].append(f"exact match {em:.3f} < {th.min_exact_match}{where}")
-        if th.max_tpot_ratio is not None and g["tpot_ratio"] is not None and g["tpot_ratio"] > th.max_tpot_ratio:
-            g["failures"].append(f"TPOT ratio {g['tpot_ratio']:.3f} > {th.max_tpot_ratio}")
-        if th.min_tau_ratio is not None and g["tau_ratio"] is not None and g["tau_ratio"] < th.min_tau_ratio:
-            g["failures"].append(f"tau ratio {g['tau_ratio']:.3f} < {th.min_tau_ratio}")
-        failures.extend(f"{name}: {f}" for f in g["failures"])
+            group_failures.append(f"exact match {em:.3f} < {th.min_exact_match}{where}")
+        if th.max_tpot_ratio is not None and tpot_ratio is not None and tpot_ratio > th.max_tpot_ratio:
+            group_failures.append(f"TPOT ratio {tpot_ratio:.3f} > {th.max_tpot_ratio}")
+        if th.min_tau_ratio is not None and tau_ratio is not None and tau_ratio < th.min_tau_ratio:
+            group_failures.append(f"tau ratio {tau_ratio:.3f} < {th.min_tau_ratio}")
+        failures.extend(f"{name}: {f}" for f in group_failures)
         groups_out.append(g)
     if not groups_out:
         failures.append("no (dataset, method) of the run has a counterpart in the baseline")
@@ -287,7 +292,7 @@ def local_decoder(path: str) -> Callable[[list[int]], str]:
         raise UsageError(f"--tokenizer {path}: cannot load a tokenizer from it: {exc}") from None
 
     def decode(ids: list[int]) -> str:
-        return tok.decode(ids, skip_special_tokens=False)
+        return str(tok.decode(ids, skip_special_tokens=False))
 
     return decode
 
@@ -299,7 +304,7 @@ def _f(x: float | None, fmt: str = "{:.3f}") -> str:
     return "-" if x is None else fmt.format(x)
 
 
-def render(report: dict[str, Any], console) -> None:
+def render(report: dict[str, Any], console: Console) -> None:
     """The human view (rich, on the given console: stderr in the CLI)."""
     from rich.table import Table
 
@@ -333,7 +338,7 @@ def render(report: dict[str, Any], console) -> None:
         console.print("[bold green]compare: ok[/]")
 
 
-def wide(console, width: int = 160):
+def wide(console: Console, width: int = 160) -> Console:
     """The console itself on a terminal; off a terminal (pipes, CI logs) one ``width`` columns
     wide on the same file, so tables are not squeezed into 80 columns."""
     if console.is_terminal:

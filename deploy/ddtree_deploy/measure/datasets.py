@@ -114,7 +114,7 @@ def load_hf_prompts(name: str, limit: int | None) -> list[Instance]:
     os.environ["HF_DATASETS_OFFLINE"] = "1"
     os.environ["HF_HUB_OFFLINE"] = "1"
     try:
-        import datasets  # type: ignore
+        import datasets
     except ImportError:
         raise UsageError(
             f"dataset {name!r} needs the `datasets` package and a local HF cache of it on this machine",
@@ -171,4 +171,4 @@ class ChatRenderer:
         return list(self.tok.encode(text))
 
     def decode(self, ids: list[int]) -> str:
-        return self.tok.decode(ids, skip_special_tokens=True)
+        return str(self.tok.decode(ids, skip_special_tokens=True))

@@ -24,7 +24,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from ddtree_deploy.errors import UsageError
 
@@ -146,7 +146,7 @@ def write_jsonl(path: Path, records: Iterable[RunRecord]) -> None:
             fh.write(json.dumps(r.to_json(), separators=(",", ":")) + "\n")
 
 
-def append_jsonl(fh, record: RunRecord) -> None:
+def append_jsonl(fh: IO[str], record: RunRecord) -> None:
     fh.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
     fh.flush()
 

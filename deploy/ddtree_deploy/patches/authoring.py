@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from ddtree_deploy.errors import DDTreeDeployError, PatchError, SeriesError, UsageError
+from ddtree_deploy.errors import DDTreeDeployError, ExitCode, PatchError, SeriesError, UsageError
 from ddtree_deploy.hashing import sha256_file
 from ddtree_deploy.patches.engine import apply_file_patch
 from ddtree_deploy.patches.series import SERIES_FILE, Series, parse_patch_bytes, read_series_file
@@ -44,7 +44,7 @@ DIFF_ARGS = [
 
 
 class GitError(DDTreeDeployError):
-    exit_code = 1
+    exit_code = ExitCode.UNEXPECTED
 
 
 def _git(work: Path, *args: str, input: bytes | None = None, check: bool = True) -> bytes:
@@ -112,12 +112,13 @@ def edit(work_dir: Path, series: Series, base_dir: Path, version_label: str, *, 
     return EditResult(work_dir, base, [p.name for p in series.patches])
 
 
-def work_state(work_dir: Path) -> dict:
+def work_state(work_dir: Path) -> dict[str, str]:
     path = Path(work_dir) / ".git" / STATE_FILE
     if not path.is_file():
         raise UsageError(f"{work_dir} is not a work tree made by `ddtree-deploy patches edit`",
                          hint="ddtree-deploy patches edit --work DIR")
-    return json.loads(path.read_text())
+    state: dict[str, str] = json.loads(path.read_text())  # written by edit() above: series_dir, base_commit
+    return state
 
 
 def _commit_message(work: Path, sha: str) -> bytes:

@@ -18,8 +18,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from unidiff import PatchSet
 from unidiff.errors import UnidiffParseError
+from unidiff.patch import PatchedFile, PatchSet
 
 from ddtree_deploy.errors import EmptyPatchError, PatchParseError, PatchRefusedError, SeriesError
 from ddtree_deploy.hashing import sha256_bytes
@@ -180,7 +180,7 @@ def parse_patch_bytes(raw: bytes, *, name: str, path: Path | None = None, packag
     return Patch(name=name, path=path or Path(name), raw=raw, header="".join(header_lines), files=files)
 
 
-def _file_patch(pf, name: str, package: str) -> FilePatch:
+def _file_patch(pf: PatchedFile, name: str, package: str) -> FilePatch:
     if pf.is_binary_file:
         raise PatchRefusedError(f"{name}: {pf.path}: binary patches are refused (text diffs only)")
     if getattr(pf, "is_rename", False):
@@ -212,8 +212,8 @@ def _file_patch(pf, name: str, package: str) -> FilePatch:
     hunks: list[Hunk] = []
     for i, h in enumerate(pf, 1):
         hl: list[HunkLine] = []
-        for ln in h:
-            t = ln.line_type
+        for line in h:
+            t = line.line_type
             if t == "\\":  # "\ No newline at end of file": the previous line has no line ending
                 if not hl or not hl[-1].text.endswith(b"\n"):
                     raise PatchParseError(f"{name}: {rel}: hunk #{i}: stray '\\ No newline at end of file'")
@@ -222,7 +222,7 @@ def _file_patch(pf, name: str, package: str) -> FilePatch:
                 continue
             if t not in (" ", "-", "+"):
                 raise PatchParseError(f"{name}: {rel}: hunk #{i}: unexpected line type {t!r}")
-            value = ln.value
+            value = line.value
             if not value.endswith("\n"):
                 value += "\n"  # the patch file's own last line lacked a newline
             hl.append(HunkLine(t, value.encode("utf-8", errors="surrogateescape")))

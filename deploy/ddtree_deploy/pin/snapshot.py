@@ -87,10 +87,10 @@ def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: 
     pin = pin or load_pin(default_pin_path())
     wheels_dir().mkdir(parents=True, exist_ok=True)
     if wheel is None:
-        cached = [wheels_dir() / w.filename for w in pin.wheels]
+        pinned = [wheels_dir() / w.filename for w in pin.wheels]
         wanted_tag = f"cp{sys.version_info.major}{sys.version_info.minor}" if python_version is None else (
             "cp" + python_version.replace(".", ""))
-        hit = [p for p in cached if p.is_file() and WheelPin(p.name, "").python_tag == wanted_tag]
+        hit = [p for p in pinned if p.is_file() and WheelPin(p.name, "").python_tag == wanted_tag]
         if hit:
             wheel = hit[0]
         else:
