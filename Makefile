@@ -15,7 +15,7 @@ help:
 	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
 	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
 	@echo "make check   ddtree-deploy check on the repo's series"
-	@echo "make lint    ruff (pyflakes, pycodestyle, import order) and mypy --strict on the core packages"
+	@echo "make lint    ruff (lint + format check) and mypy --strict on the core packages"
 	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
 	@echo "make mutation  mutation testing of the patch engine + the agent's restore path (slow, bounded)"
 
@@ -52,6 +52,7 @@ demo: venv sshd snapshot
 LINT_PATHS := deploy/ddtree_deploy tests/foundation tests/deploy tests/testkit.py tests/conftest.py
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 
 test: venv sshd snapshot lint

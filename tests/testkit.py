@@ -25,9 +25,23 @@ def git_diff(old: bytes | None, new: bytes | None, rel: str, tmp: Path) -> bytes
     left = str(a.relative_to(tmp)) if old is not None else "/dev/null"
     right = str(b.relative_to(tmp)) if new is not None else "/dev/null"
     proc = subprocess.run(
-        ["git", "-c", "core.autocrlf=false", "diff", "--no-index", "--no-color", "--no-ext-diff", "--full-index",
-         "--src-prefix=", "--dst-prefix=", left, right],
-        cwd=tmp, capture_output=True)
+        [
+            "git",
+            "-c",
+            "core.autocrlf=false",
+            "diff",
+            "--no-index",
+            "--no-color",
+            "--no-ext-diff",
+            "--full-index",
+            "--src-prefix=",
+            "--dst-prefix=",
+            left,
+            right,
+        ],
+        cwd=tmp,
+        capture_output=True,
+    )
     assert proc.returncode in (0, 1), proc.stderr
     # git used "a/<rel>" and "b/<rel>" as the real paths: they already carry the a/ b/ prefixes.
     return proc.stdout
@@ -35,5 +49,6 @@ def git_diff(old: bytes | None, new: bytes | None, rel: str, tmp: Path) -> bytes
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real console entry point in a subprocess (stdout and stderr kept apart)."""
-    return subprocess.run([sys.executable, "-m", "ddtree_deploy", *args], capture_output=True, text=True,
-                          env=env, cwd=cwd or REPO)
+    return subprocess.run(
+        [sys.executable, "-m", "ddtree_deploy", *args], capture_output=True, text=True, env=env, cwd=cwd or REPO
+    )

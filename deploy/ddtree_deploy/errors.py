@@ -57,6 +57,7 @@ class ExitCode(IntEnum):
 
 class DDTreeDeployError(Exception):
     """Base class. ``exit_code`` says how the CLI exits; ``hint`` says how to fix it."""
+
     kind = ErrorKind.UNEXPECTED
 
     exit_code = ExitCode.UNEXPECTED
@@ -82,6 +83,7 @@ class UsageError(DDTreeDeployError):
 
 class InventoryError(UsageError):
     """The host inventory is missing, malformed, or names no such host."""
+
     kind = ErrorKind.INVENTORY
 
 
@@ -95,16 +97,19 @@ class SnapshotError(DDTreeDeployError):
 
 class PinError(SnapshotError):
     """The pin file is missing, malformed, or does not cover what the series touches."""
+
     kind = ErrorKind.PIN
 
 
 class FetchError(SnapshotError):
     """The pinned wheel could not be downloaded or unpacked."""
+
     kind = ErrorKind.FETCH
 
 
 class HashMismatchError(SnapshotError):
     """A wheel or file does not have the sha256 the pin records."""
+
     kind = ErrorKind.HASH_MISMATCH
 
     def __init__(self, what: str, expected: str, actual: str, *, hint: str | None = None):
@@ -120,6 +125,7 @@ class HashMismatchError(SnapshotError):
 
 class SnapshotMissingError(SnapshotError):
     """The pinned snapshot is not in the cache yet."""
+
     kind = ErrorKind.SNAPSHOT_MISSING
 
 
@@ -133,21 +139,25 @@ class PatchError(DDTreeDeployError):
 
 class SeriesError(PatchError):
     """The series file is malformed or names a patch that does not exist."""
+
     kind = ErrorKind.SERIES
 
 
 class PatchParseError(PatchError):
     """A patch is not a well-formed unified diff."""
+
     kind = ErrorKind.PATCH_PARSE
 
 
 class PatchRefusedError(PatchError):
     """A patch is well formed but asks for something we never do (binary, unsafe path, ...)."""
+
     kind = ErrorKind.PATCH_REFUSED
 
 
 class PatchApplyError(PatchError):
     """A hunk does not match the base exactly (zero fuzz, zero offset)."""
+
     kind = ErrorKind.PATCH_APPLY
 
     def __init__(
@@ -189,6 +199,7 @@ class PatchApplyError(PatchError):
 
 class CompileError(DDTreeDeployError):
     """A patched Python file does not compile; names the patch that broke it."""
+
     kind = ErrorKind.COMPILE
 
     exit_code = ExitCode.COMPILE
@@ -199,6 +210,7 @@ class CompileError(DDTreeDeployError):
 
 class RemoteError(DDTreeDeployError):
     """Something went wrong talking to a host."""
+
     kind = ErrorKind.REMOTE
 
     exit_code = ExitCode.UNEXPECTED
@@ -206,6 +218,7 @@ class RemoteError(DDTreeDeployError):
 
 class HostRefusedError(RemoteError):
     """Preflight refused the host before anything was written."""
+
     kind = ErrorKind.HOST_REFUSED
 
     exit_code = ExitCode.HOST_REFUSED
@@ -213,11 +226,13 @@ class HostRefusedError(RemoteError):
 
 class HostKeyError(HostRefusedError):
     """The host's key is unknown (and not explicitly accepted) or has changed."""
+
     kind = ErrorKind.HOST_KEY
 
 
 class DriftError(HostRefusedError):
     """A target file on the host is neither the pinned pristine file nor our patched file."""
+
     kind = ErrorKind.DRIFT
 
 
@@ -228,6 +243,7 @@ class LockHeldError(RemoteError):
 
 class RolledBackError(RemoteError):
     """The push failed after writing; the host was restored and verified."""
+
     kind = ErrorKind.ROLLED_BACK
 
     exit_code = ExitCode.ROLLED_BACK
@@ -235,6 +251,7 @@ class RolledBackError(RemoteError):
 
 class RollbackFailedError(RemoteError):
     """Restoring the host failed: it needs a human."""
+
     kind = ErrorKind.ROLLBACK_FAILED
 
     exit_code = ExitCode.NEEDS_HUMAN
@@ -243,6 +260,7 @@ class RollbackFailedError(RemoteError):
 class ConnectionLostError(RemoteError):
     """Could not reach the host, or the SSH connection dropped mid-operation: retry (a push that had
     sent its whole payload finishes or rolls back on the host by itself; ``status`` says which)."""
+
     kind = ErrorKind.CONNECTION_LOST
 
     exit_code = ExitCode.UNREACHABLE
@@ -251,17 +269,20 @@ class ConnectionLostError(RemoteError):
 class HostEditedError(HostRefusedError):
     """``rollback`` found a file edited on the host after the deploy (neither the deployed nor the
     earlier hash): refused before any write unless ``--force`` (which keeps a copy first)."""
+
     kind = ErrorKind.HOST_EDITED
 
 
 class BrokenBackupError(RollbackFailedError):
     """A backup that ``rollback`` needs is missing or does not have its recorded hash: refused
     before any write (the host is untouched, but it needs a human)."""
+
     kind = ErrorKind.BROKEN_BACKUP
 
 
 class AttentionError(DDTreeDeployError):
     """``status --strict``: some host is drifted, interrupted or needs a human."""
+
     kind = ErrorKind.ATTENTION
 
     exit_code = ExitCode.ATTENTION
@@ -269,6 +290,7 @@ class AttentionError(DDTreeDeployError):
 
 class PartialFailureError(DDTreeDeployError):
     """Several hosts were asked and some failed."""
+
     kind = ErrorKind.PARTIAL_FAILURE
 
     exit_code = ExitCode.PARTIAL
@@ -286,6 +308,7 @@ class SmokeFailedError(RemoteError):
 
 class EmptyPatchError(PatchParseError):
     """A file in the series holds no diff at all: bad input, refused where it enters."""
+
     kind = ErrorKind.EMPTY_PATCH
 
     exit_code = ExitCode.USAGE

@@ -45,8 +45,12 @@ def free_port(addr: str) -> int:
 
 
 def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-                   check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def wait_banner(addr: str, port: int, timeout: float = 10.0) -> None:
@@ -161,8 +165,16 @@ class FakeHost:
         return self.venv / "bin" / "python"
 
     @classmethod
-    def create(cls, root: Path, index: int, name: str | None = None, *, extra_site: list[str] | None = None,
-               venv_name: str = "venv", data_root: Path | None = None) -> "FakeHost":
+    def create(
+        cls,
+        root: Path,
+        index: int,
+        name: str | None = None,
+        *,
+        extra_site: list[str] | None = None,
+        venv_name: str = "venv",
+        data_root: Path | None = None,
+    ) -> "FakeHost":
         """Keys + venv; call ``start()`` to run its sshd. ``index`` picks ``127.0.0.<index+2>``."""
         root = Path(root)
         (root / "keys").mkdir(parents=True, exist_ok=True)
@@ -191,15 +203,41 @@ class FakeHost:
         self.port = port or free_port(self.addr)
         log = self.root / "sshd.log"
         cmd = [
-            SSHD, "-D", "-e", "-f", "/dev/null",
-            "-o", f"Port={self.port}", "-o", f"ListenAddress={self.addr}",
-            "-o", f"HostKey={self.host_key}",
-            "-o", f"AuthorizedKeysFile={self.keys / 'authorized_keys'}",
-            "-o", f"PidFile={self.root / 'sshd.pid'}",
-            "-o", "StrictModes=no", "-o", "UsePAM=no", "-o", "PasswordAuthentication=no",
-            "-o", "KbdInteractiveAuthentication=no", "-o", "PermitRootLogin=prohibit-password",
-            "-o", "MaxStartups=100", "-o", "MaxSessions=50", "-o", "UseDNS=no",
-            "-o", "Subsystem=sftp internal-sftp", "-o", "LogLevel=ERROR",
+            SSHD,
+            "-D",
+            "-e",
+            "-f",
+            "/dev/null",
+            "-o",
+            f"Port={self.port}",
+            "-o",
+            f"ListenAddress={self.addr}",
+            "-o",
+            f"HostKey={self.host_key}",
+            "-o",
+            f"AuthorizedKeysFile={self.keys / 'authorized_keys'}",
+            "-o",
+            f"PidFile={self.root / 'sshd.pid'}",
+            "-o",
+            "StrictModes=no",
+            "-o",
+            "UsePAM=no",
+            "-o",
+            "PasswordAuthentication=no",
+            "-o",
+            "KbdInteractiveAuthentication=no",
+            "-o",
+            "PermitRootLogin=prohibit-password",
+            "-o",
+            "MaxStartups=100",
+            "-o",
+            "MaxSessions=50",
+            "-o",
+            "UseDNS=no",
+            "-o",
+            "Subsystem=sftp internal-sftp",
+            "-o",
+            "LogLevel=ERROR",
         ]
         if clean_shell is None:
             clean_shell = os.environ.get("DDTREE_DEPLOY_FAKEHOST_CLEAN_SHELL", "1") != "0"
@@ -208,8 +246,17 @@ class FakeHost:
             # A private mount namespace in which the login user's ~/.bashrc is empty: bash sources it for
             # every SSH exec, and on a dev box it may run slow tools (pyenv init...). Nothing outside changes.
             # (Mounts made outside after this do not show inside: tests that mount pass clean_shell=False.)
-            ns = ["unshare", "-m", "--propagation", "slave", "sh", "-c",
-                  'mount --bind /dev/null "$0" && exec "$@"', str(rc), *cmd]
+            ns = [
+                "unshare",
+                "-m",
+                "--propagation",
+                "slave",
+                "sh",
+                "-c",
+                'mount --bind /dev/null "$0" && exec "$@"',
+                str(rc),
+                *cmd,
+            ]
             if self._spawn(ns, log, timeout=5.0):
                 return self
         if not self._spawn(cmd, log, timeout=10.0):

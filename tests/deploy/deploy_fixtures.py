@@ -66,8 +66,7 @@ def light_site(tmp_path_factory, wheel) -> Path:
 
 # Varied modes and mtimes in the fake hosts' site-packages, so that "restored byte-exactly" is a real
 # claim about mode and mtime too (a wheel unpacks every file 0644 with one timestamp).
-VARIED_MODES = {SPEC_INFO: 0o640, "sglang/srt/speculative/dflash_info.py": 0o755,
-                "sglang/srt/speculative/eagle_utils.py": 0o600}
+VARIED_MODES = {SPEC_INFO: 0o640, "sglang/srt/speculative/dflash_info.py": 0o755, "sglang/srt/speculative/eagle_utils.py": 0o600}
 
 
 def vary_modes_and_mtimes(site: Path) -> None:
@@ -99,8 +98,13 @@ def tree_hashes(root: Path) -> dict[str, tuple]:
     return out
 
 
-def make_build(out: Path, base_site: Path, changes: dict[str, bytes | None], series_id: str = "test+0001",
-               modes: dict[str, str] | None = None) -> Path:
+def make_build(
+    out: Path,
+    base_site: Path,
+    changes: dict[str, bytes | None],
+    series_id: str = "test+0001",
+    modes: dict[str, str] | None = None,
+) -> Path:
     """A build dir in the contract's format: ``changes`` maps path -> new bytes (None = delete)."""
     out.mkdir(parents=True, exist_ok=True)
     files = []
@@ -111,12 +115,30 @@ def make_build(out: Path, base_site: Path, changes: dict[str, bytes | None], ser
         if data is not None:
             (out / path).parent.mkdir(parents=True, exist_ok=True)
             (out / path).write_bytes(data)
-        files.append({"path": path, "action": action, "pristine_sha256": pristine,
-                      "patched_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
-                      "mode": (modes or {}).get(path, "0644"), "patches": ["0001-test.patch"]})
-    (out / "manifest.json").write_text(json.dumps({
-        "format": 1, "package": "sglang", "version": "0.5.23", "series": "sglang-0.5.23", "series_id": series_id,
-        "patches": [{"name": "0001-test.patch", "sha256": "0" * 64}], "files": files}, indent=2))
+        files.append(
+            {
+                "path": path,
+                "action": action,
+                "pristine_sha256": pristine,
+                "patched_sha256": hashlib.sha256(data).hexdigest() if data is not None else None,
+                "mode": (modes or {}).get(path, "0644"),
+                "patches": ["0001-test.patch"],
+            }
+        )
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "package": "sglang",
+                "version": "0.5.23",
+                "series": "sglang-0.5.23",
+                "series_id": series_id,
+                "patches": [{"name": "0001-test.patch", "sha256": "0" * 64}],
+                "files": files,
+            },
+            indent=2,
+        )
+    )
     return out
 
 
@@ -129,29 +151,56 @@ def builds(tmp_path_factory, light_site) -> dict[str, Path]:
     spec = (light_site / SPEC_INFO).read_bytes()
     ok_mod = b"VALUE = 42\n"
     return {
-        "good": make_build(d / "good", light_site, {
-            SPEC_INFO: spec + MARKER,
-            "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
-            "sglang/srt/speculative/ddtree_pkg/sub/__init__.py": b"X = 1\n",
-        }, "sglang-0.5.23+good", modes={"sglang/srt/speculative/ddtree_smoke_ok.py": "0755"}),
-        "good2": make_build(d / "good2", light_site, {
-            SPEC_INFO: spec + MARKER + b"\n\ndef second():\n    return 2\n",
-            "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
-        }, "sglang-0.5.23+good2"),
-        "bad": make_build(d / "bad", light_site, {
-            SPEC_INFO: spec + MARKER,
-            "sglang/srt/speculative/ddtree_smoke_ok.py": b"raise RuntimeError('ddtree smoke failure on purpose')\n",
-        }, "sglang-0.5.23+bad"),
-        "slow": make_build(d / "slow", light_site, {
-            SPEC_INFO: spec + MARKER,
-            "sglang/srt/speculative/ddtree_smoke_ok.py": b"import time\ntime.sleep(60)\n",
-        }, "sglang-0.5.23+slow"),
-        "big": make_build(d / "big", light_site, {
-            SPEC_INFO: spec + MARKER,
-            "sglang/srt/speculative/dflash_info.py": (light_site / "sglang/srt/speculative/dflash_info.py").read_bytes() + MARKER,
-            "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
-            "sglang/srt/speculative/ddtree_big_blob.py": b"BLOB = " + repr("x" * (3 << 20)).encode() + b"\n",
-        }, "sglang-0.5.23+big"),
+        "good": make_build(
+            d / "good",
+            light_site,
+            {
+                SPEC_INFO: spec + MARKER,
+                "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
+                "sglang/srt/speculative/ddtree_pkg/sub/__init__.py": b"X = 1\n",
+            },
+            "sglang-0.5.23+good",
+            modes={"sglang/srt/speculative/ddtree_smoke_ok.py": "0755"},
+        ),
+        "good2": make_build(
+            d / "good2",
+            light_site,
+            {
+                SPEC_INFO: spec + MARKER + b"\n\ndef second():\n    return 2\n",
+                "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
+            },
+            "sglang-0.5.23+good2",
+        ),
+        "bad": make_build(
+            d / "bad",
+            light_site,
+            {
+                SPEC_INFO: spec + MARKER,
+                "sglang/srt/speculative/ddtree_smoke_ok.py": b"raise RuntimeError('ddtree smoke failure on purpose')\n",
+            },
+            "sglang-0.5.23+bad",
+        ),
+        "slow": make_build(
+            d / "slow",
+            light_site,
+            {
+                SPEC_INFO: spec + MARKER,
+                "sglang/srt/speculative/ddtree_smoke_ok.py": b"import time\ntime.sleep(60)\n",
+            },
+            "sglang-0.5.23+slow",
+        ),
+        "big": make_build(
+            d / "big",
+            light_site,
+            {
+                SPEC_INFO: spec + MARKER,
+                "sglang/srt/speculative/dflash_info.py": (light_site / "sglang/srt/speculative/dflash_info.py").read_bytes()
+                + MARKER,
+                "sglang/srt/speculative/ddtree_smoke_ok.py": ok_mod,
+                "sglang/srt/speculative/ddtree_big_blob.py": b"BLOB = " + repr("x" * (3 << 20)).encode() + b"\n",
+            },
+            "sglang-0.5.23+big",
+        ),
     }
 
 
@@ -176,8 +225,16 @@ class Fleet:
             h.stop()
 
 
-def start_fleet(root: Path, n: int, base_site: Path, *, names: list[str] | None = None, smoke=SMOKE_LIGHT,
-                extra_site: list[str] | None = None, root_names: list[str] | None = None) -> Fleet:
+def start_fleet(
+    root: Path,
+    n: int,
+    base_site: Path,
+    *,
+    names: list[str] | None = None,
+    smoke=SMOKE_LIGHT,
+    extra_site: list[str] | None = None,
+    root_names: list[str] | None = None,
+) -> Fleet:
     hosts = []
     overrides: dict[str, dict[str, Any]] = {}
     for i in range(n):
@@ -223,5 +280,15 @@ def cli_subprocess(args: list[str], env_extra: dict[str, str] | None = None, **k
     env = dict(os.environ)
     env["PYTHONPATH"] = str(REPO / "deploy") + os.pathsep + env.get("PYTHONPATH", "")
     env.update(env_extra or {})
-    return subprocess.Popen([sys.executable, "-c", "import sys; from ddtree_deploy.cli import main; sys.exit(main(sys.argv[1:]))",
-                             *[str(a) for a in args]], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, **kw)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from ddtree_deploy.cli import main; sys.exit(main(sys.argv[1:]))",
+            *[str(a) for a in args],
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        **kw,
+    )

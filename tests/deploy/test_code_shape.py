@@ -38,24 +38,46 @@ def shape(path: Path, name: str) -> tuple[int, int, list[str]]:
 
 def test_shape_measures_what_it_says(tmp_path):
     p = tmp_path / "m.py"
-    p.write_text("def f(x):\n    '''doc'''\n    try:\n        for i in x:\n            if i:\n                g(i)\n"
-                 "    finally:\n        h()\n")
+    p.write_text(
+        "def f(x):\n    '''doc'''\n    try:\n        for i in x:\n            if i:\n                g(i)\n"
+        "    finally:\n        h()\n"
+    )
     assert shape(p, "f") == (8, 3, ["g", "h"])
 
 
 def test_op_apply_is_a_list_of_named_steps():
     lines, deep, calls = shape(REMOTE / "agent.py", "op_apply")
     assert lines <= 45 and deep <= 2, (lines, deep)
-    steps = ["receive_payload", "acquire_lock", "recheck_under_lock", "write_draft_record", "back_up_files",
-             "stage_files", "commit_files", "verify_in_place", "smoke_in_place", "record_deployed", "apply_failed",
-             "release_lock"]
+    steps = [
+        "receive_payload",
+        "acquire_lock",
+        "recheck_under_lock",
+        "write_draft_record",
+        "back_up_files",
+        "stage_files",
+        "commit_files",
+        "verify_in_place",
+        "smoke_in_place",
+        "record_deployed",
+        "apply_failed",
+        "release_lock",
+    ]
     assert [c for c in calls if c in steps] == steps  # each step once, in this order
 
 
 def test_preflight_is_a_list_of_named_checks():
     lines, deep, calls = shape(REMOTE / "hostops.py", "preflight")
     assert lines <= 30 and deep <= 1, (lines, deep)
-    checks = ["probe", "require_pinned_version", "require_import_from_site", "require_python",
-              "require_state_outside_site", "plan_files", "refuse_if_locked", "refuse_if_needs_human",
-              "refuse_if_interrupted", "check_disk"]
+    checks = [
+        "probe",
+        "require_pinned_version",
+        "require_import_from_site",
+        "require_python",
+        "require_state_outside_site",
+        "plan_files",
+        "refuse_if_locked",
+        "refuse_if_needs_human",
+        "refuse_if_interrupted",
+        "check_disk",
+    ]
     assert [c for c in calls if c in checks] == checks

@@ -40,12 +40,14 @@ def hosts(*names: str) -> list[HostConfig]:
 
 def by_name(outcomes: dict[str, object]):
     """A pipeline whose outcome per host is a HostResult to return or an exception to raise."""
+
     def run(h, report, cancel):
         report.phase(h.name, "working", 50)
         what = outcomes[h.name]
         if isinstance(what, BaseException):
             raise what
         return what
+
     return run
 
 
@@ -54,8 +56,7 @@ def ok(host: str, status: str = "deployed") -> HostResult:
 
 
 def test_succeeded_and_failed_by_host_and_one_failure_stops_nobody():
-    pipeline = by_name({"a": ok("a"), "b": HostRefusedError("b: drifted"), "c": ok("c", "unchanged"),
-                        "d": ValueError("a bug")})
+    pipeline = by_name({"a": ok("a"), "b": HostRefusedError("b: drifted"), "c": ok("c", "unchanged"), "d": ValueError("a bug")})
     res = run_fleet(hosts("a", "b", "c", "d"), pipeline, title="push x")
     assert isinstance(res, FleetResult) and res.title == "push x"
     assert [r.host for r in res] == ["a", "b", "c", "d"] and len(res) == 4  # host order, every host

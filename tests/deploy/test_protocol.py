@@ -31,8 +31,9 @@ def test_agent_runs_from_the_sent_source_alone(tmp_path):
     src = connection.agent_source()
     stdin = b"%d\n" % len(src) + src + _request({"op": "history", "state_dir": str(tmp_path), "limit": 5})
     stdin += _request({"op": "rollback", "state_dir": str(tmp_path), "deploy_id": "../x"})  # a Fail from the agent
-    r = subprocess.run([sys.executable, "-I", "-c", connection.BOOTSTRAP], input=stdin, capture_output=True,
-                       timeout=60, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-I", "-c", connection.BOOTSTRAP], input=stdin, capture_output=True, timeout=60, cwd=tmp_path
+    )
     lines = [ln for ln in r.stdout.decode().splitlines() if ln.startswith(protocol.RESULT_PREFIX + " ")]
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     results = [json.loads(ln.split(" ", 1)[1]) for ln in lines]
@@ -64,7 +65,8 @@ def test_agent_fails_only_with_protocol_kinds_the_client_maps():
             if isinstance(arg, ast.Name):  # a kind chosen above (``kind = ErrorKind.X``)
                 continue
             assert isinstance(arg, ast.Attribute) and getattr(arg.value, "id", None) == "ErrorKind", (
-                f"agent.py:{node.lineno}: Fail() with a literal kind; use protocol.ErrorKind")
+                f"agent.py:{node.lineno}: Fail() with a literal kind; use protocol.ErrorKind"
+            )
             kinds.append(getattr(protocol.ErrorKind, arg.attr))
     assert len(kinds) > 15
     for kind in kinds:

@@ -279,8 +279,9 @@ def test_dry_run_writes_nothing_and_shows_diff(fleet, builds, cli):
     code, out, err = cli("push", "fake0", "--dry-run", "--build", builds["good"], "--inventory", fleet.inventory)
     assert code == 0, err
     assert "+def ddtree_test_marker():" in out and "--- /dev/null" in out
-    code, short, err = cli("push", "fake0", "--dry-run", "--diff-lines", "2", "--build", builds["good"],
-                           "--inventory", fleet.inventory)
+    code, short, err = cli(
+        "push", "fake0", "--dry-run", "--diff-lines", "2", "--build", builds["good"], "--inventory", fleet.inventory
+    )
     assert code == 0, err
     assert "+def ddtree_test_marker():" not in short and "more diff line(s)" in short
     assert tree_hashes(h.site) == before
@@ -326,8 +327,9 @@ def test_host_known_with_another_key_type_refused(fleet, builds, cli, tmp_path):
     subprocess.run(["ssh-keygen", "-q", "-t", "ecdsa", "-N", "", "-f", str(tmp_path / "other")], check=True)
     t, b64 = (tmp_path / "other.pub").read_text().split()[:2]
     h.known_hosts.write_text(f"[{h.addr}]:{h.port} {t} {b64}\n")
-    code, out, err = cli("push", "fake1", "--build", builds["good"], "--inventory", fleet.inventory, "--json",
-                         "--accept-new-host-key")
+    code, out, err = cli(
+        "push", "fake1", "--build", builds["good"], "--inventory", fleet.inventory, "--json", "--accept-new-host-key"
+    )
     assert code == 6
     r = json.loads(out)["hosts"][0]
     assert r["error"] == "HostKeyError" and ("CHANGED" in r["message"] or "ecdsa" in r["message"])
@@ -396,8 +398,12 @@ def test_disk_full(tmp_path, light_site, builds, cli, monkeypatch):
 
     shutil.copytree(mnt, saved)
     size = sum(p.stat().st_size for p in saved.rglob("*") if p.is_file())
-    if subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size + (1 << 20)}", "tmpfs", str(mnt)],
-                      capture_output=True).returncode != 0:
+    if (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size + (1 << 20)}", "tmpfs", str(mnt)], capture_output=True
+        ).returncode
+        != 0
+    ):
         f.stop()
         pytest.skip("cannot mount a tmpfs here (not root?)")
     try:
@@ -429,8 +435,7 @@ def test_disk_full(tmp_path, light_site, builds, cli, monkeypatch):
         f.stop()
 
 
-def test_full_state_disk_still_ends_with_an_honest_record_and_audit_line(tmp_path, light_site, builds, cli,
-                                                                         monkeypatch):
+def test_full_state_disk_still_ends_with_an_honest_record_and_audit_line(tmp_path, light_site, builds, cli, monkeypatch):
     """The state dir fills up while backing up: the outcome is still recorded ("aborted") and audited,
     thanks to the space reserved before the first write; a state dir too small for even that refuses."""
     from ddtree_deploy.remote import agent, hostops
@@ -545,9 +550,11 @@ def test_connection_killed_mid_commit_is_recorded_and_rollback_recovers(fleet, b
     before = tree_hashes(h.site)
     p = _start_push(fleet, builds["big"], hooks={"between_renames": 1.0})
     try:
+
         def writing():
             rs = records(h) if (h.state_dir / "deploys").exists() else []
             return rs and rs[-1]["status"] == "writing"
+
         assert wait_for(writing, 30, 0.01)
         time.sleep(1.2)  # one rename done, the rest not: the host is mixed
         h.stop()  # kills the agent too (SIGKILL to every descendant of sshd)
@@ -613,9 +620,11 @@ def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, 
     h = fleet.host("fake0")
     p = _start_push(fleet, builds["bad"], hooks={"before_commit": 2.0})
     try:
+
         def staged():
             rs = records(h) if (h.state_dir / "deploys").exists() else []
             return rs and rs[-1]["status"] == "staging"
+
         assert wait_for(staged, 30, 0.01)
         (rec,) = records(h)
         before = next(f["before_sha256"] for f in rec["files"] if f["path"] == SPEC_INFO)
@@ -641,9 +650,11 @@ def test_target_replaced_by_a_directory_mid_push_ends_needs_human_naming_the_err
     h = fleet.host("fake0")
     p = _start_push(fleet, builds["bad"], hooks={"before_commit": 2.0})
     try:
+
         def staged():
             rs = records(h) if (h.state_dir / "deploys").exists() else []
             return rs and rs[-1]["status"] == "staging"
+
         assert wait_for(staged, 30, 0.01)
         time.sleep(0.3)
         target = h.site / SPEC_INFO
@@ -699,8 +710,7 @@ def test_connection_cut_after_upload_host_finishes_on_its_own(fleet, builds):
         p.kill()
     assert p.returncode == 13 and b"connection" in err.lower()
     assert b"rollback" in err  # the hint says how to check / undo
-    assert wait_for(lambda: records(h) and records(h)[-1]["status"] == "deployed"
-                    and not (h.state_dir / "lock").exists(), 30)
+    assert wait_for(lambda: records(h) and records(h)[-1]["status"] == "deployed" and not (h.state_dir / "lock").exists(), 30)
     want = manifest_hashes(builds["good"])
     assert host_hashes(h, want) == want and no_temp_files(h)
 
@@ -824,7 +834,8 @@ def test_demo_fails_when_the_repo_series_does_not_build(tmp_path, repo):
     (series / "series").write_text("0001-stale.patch\n")
     (series / "0001-stale.patch").write_text(
         "--- a/sglang/srt/speculative/spec_info.py\n+++ b/sglang/srt/speculative/spec_info.py\n"
-        "@@ -1,1 +1,1 @@\n-this line is not in the pinned file\n+x\n")
+        "@@ -1,1 +1,1 @@\n-this line is not in the pinned file\n+x\n"
+    )
     p = cli_subprocess(["demo", "--light-smoke"], {"DDTREE_DEPLOY_REPO": str(fake)})
     out, err = p.communicate(timeout=300)
     assert p.returncode == 4, err
@@ -901,10 +912,10 @@ def test_restart_and_health_then_failed_health_rolls_back(fleet, builds, cli, tm
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     marker = tmp_path / "restarted"
     try:
-        fleet.overrides["fake0"].update(restart_command=f"echo x >> {marker}",
-                                        health_url=f"http://127.0.0.1:{srv.server_address[1]}/", health_timeout=5)
-        fleet.overrides["fake1"].update(restart_command=f"echo y >> {marker}",
-                                        health_url="http://127.0.0.1:9/", health_timeout=2)
+        fleet.overrides["fake0"].update(
+            restart_command=f"echo x >> {marker}", health_url=f"http://127.0.0.1:{srv.server_address[1]}/", health_timeout=5
+        )
+        fleet.overrides["fake1"].update(restart_command=f"echo y >> {marker}", health_url="http://127.0.0.1:9/", health_timeout=2)
         fleet.rewrite_inventory()
         code, out, err = cli("push", "--all", "--restart", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
         assert code == 10, err
@@ -924,18 +935,29 @@ def test_smoke_runs_modules_and_a_failing_run_rolls_back(fleet, light_site, cli,
     """``smoke_run`` modules (by default the DDTree probe) run as ``python -m M`` on the host after
     the imports; a non-zero exit fails the smoke, and push rolls the host back to pristine."""
     spec = (light_site / SPEC_INFO).read_bytes()
-    check_mod = (b"import sys\nRC = 0\nif __name__ == '__main__':\n    print('self-check verdict: ' + sys.argv[0])\n"
-                 b"    sys.exit(RC)\n")
-    ok = make_build(tmp_path / "ok", light_site, {
-        SPEC_INFO: spec + MARKER,
-        "sglang/srt/speculative/ddtree_smoke_ok.py": b"VALUE = 42\n",
-        "sglang/srt/speculative/ddtree_selfcheck.py": check_mod,
-    }, "sglang-0.5.23+selfcheck-ok")
-    bad = make_build(tmp_path / "bad", light_site, {
-        SPEC_INFO: spec + MARKER,
-        "sglang/srt/speculative/ddtree_smoke_ok.py": b"VALUE = 42\n",
-        "sglang/srt/speculative/ddtree_selfcheck.py": check_mod.replace(b"RC = 0", b"RC = 3"),
-    }, "sglang-0.5.23+selfcheck-bad")
+    check_mod = (
+        b"import sys\nRC = 0\nif __name__ == '__main__':\n    print('self-check verdict: ' + sys.argv[0])\n    sys.exit(RC)\n"
+    )
+    ok = make_build(
+        tmp_path / "ok",
+        light_site,
+        {
+            SPEC_INFO: spec + MARKER,
+            "sglang/srt/speculative/ddtree_smoke_ok.py": b"VALUE = 42\n",
+            "sglang/srt/speculative/ddtree_selfcheck.py": check_mod,
+        },
+        "sglang-0.5.23+selfcheck-ok",
+    )
+    bad = make_build(
+        tmp_path / "bad",
+        light_site,
+        {
+            SPEC_INFO: spec + MARKER,
+            "sglang/srt/speculative/ddtree_smoke_ok.py": b"VALUE = 42\n",
+            "sglang/srt/speculative/ddtree_selfcheck.py": check_mod.replace(b"RC = 0", b"RC = 3"),
+        },
+        "sglang-0.5.23+selfcheck-bad",
+    )
     fleet.overrides["fake0"]["smoke_run"] = ["sglang.srt.speculative.ddtree_selfcheck"]
     fleet.rewrite_inventory()
     h = fleet.host("fake0")

@@ -18,18 +18,27 @@ from deploy_fixtures import MARKER, cli, make_build, needs_sshd, start_fleet, tr
 
 pytestmark = [*needs_sshd, pytest.mark.sglang_deps]
 
-DFLASH = ["sglang/srt/speculative/spec_info.py", "sglang/srt/speculative/dflash_info.py",
-          "sglang/srt/speculative/dflash_worker_v2.py"]
-SMOKE = ["sglang.srt.speculative.spec_info", "sglang.srt.speculative.dflash_info",
-         "sglang.srt.speculative.dflash_worker_v2", "sglang.srt.speculative.ddtree_e2e_probe"]
+DFLASH = [
+    "sglang/srt/speculative/spec_info.py",
+    "sglang/srt/speculative/dflash_info.py",
+    "sglang/srt/speculative/dflash_worker_v2.py",
+]
+SMOKE = [
+    "sglang.srt.speculative.spec_info",
+    "sglang.srt.speculative.dflash_info",
+    "sglang.srt.speculative.dflash_worker_v2",
+    "sglang.srt.speculative.ddtree_e2e_probe",
+]
 
 
 @pytest.fixture(scope="module")
 def full_site(tmp_path_factory, wheel, snapshot_root):
     for dep in ("torch", "transformers", "orjson", "pydantic"):
         if importlib.util.find_spec(dep) is None:
-            pytest.fail(f"SGLang's import dependency {dep} is not installed: pip install -e '.[sglang-deps]' "
-                        "(make test does); the end-to-end test fails rather than skips")
+            pytest.fail(
+                f"SGLang's import dependency {dep} is not installed: pip install -e '.[sglang-deps]' "
+                "(make test does); the end-to-end test fails rather than skips"
+            )
     from ddtree_deploy.testing_sshd import unpack_wheel
 
     d = tmp_path_factory.mktemp("full-site")
@@ -48,8 +57,10 @@ def test_push_smoke_rollback_with_real_sglang_imports(tmp_path, full_site, cli):
         changes["sglang/srt/speculative/ddtree_e2e_probe.py"] = (
             b"from sglang.srt.speculative.spec_info import SpeculativeAlgorithm, ddtree_test_marker\n"
             b"from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2\n"
-            b"assert SpeculativeAlgorithm.DFLASH.is_dflash_family() if hasattr(SpeculativeAlgorithm.DFLASH, 'is_dflash_family') else True\n"
-            b"assert ddtree_test_marker().startswith('patched')\n")
+            b"assert SpeculativeAlgorithm.DFLASH.is_dflash_family() "
+            b"if hasattr(SpeculativeAlgorithm.DFLASH, 'is_dflash_family') else True\n"
+            b"assert ddtree_test_marker().startswith('patched')\n"
+        )
         build = make_build(tmp_path / "build", full_site, changes, "sglang-0.5.23+e2e")
         before = tree_hashes(h.site / "sglang" / "srt" / "speculative")
         code, out, err = cli("push", "fake0", "--build", build, "--inventory", f.inventory, "--json")

@@ -31,8 +31,7 @@ def two_patch_series(snapshot_root, make_series, tmp_path):
     v1 = pristine.replace(b"class SpeculativeAlgorithm", b"# ddtree test marker\nclass SpeculativeAlgorithm", 1)
     assert v1 != pristine
     v2 = v1 + b"\n\ndef _ddtree_test_hook():\n    return 42\n"
-    p1 = git_diff(pristine, v1, SPEC, tmp_path / "d1") + git_diff(None, b"X = 1\n", "sglang/srt/new_mod.py",
-                                                                   tmp_path / "d1")
+    p1 = git_diff(pristine, v1, SPEC, tmp_path / "d1") + git_diff(None, b"X = 1\n", "sglang/srt/new_mod.py", tmp_path / "d1")
     p2 = git_diff(v1, v2, SPEC, tmp_path / "d2")
     d = make_series({"0001-marker.patch": p1, "0002-hook.patch": p2})
     series_pin(d, snapshot_root)
@@ -42,8 +41,9 @@ def two_patch_series(snapshot_root, make_series, tmp_path):
 def series_pin(series_dir, snapshot_root):
     """A pin for a test series (the repo pin's wheels; [files] = what this series touches), next to it."""
     repo_pin = load_pin(default_pin_path())
-    pin = Pin(repo_pin.name, repo_pin.version, repo_pin.wheels,
-              authoring.pin_files(repo_pin, load_series(series_dir), snapshot_root))
+    pin = Pin(
+        repo_pin.name, repo_pin.version, repo_pin.wheels, authoring.pin_files(repo_pin, load_series(series_dir), snapshot_root)
+    )
     return pin.save(series_dir.parent / "pin.toml")
 
 
@@ -95,8 +95,9 @@ def test_check_reports_drift_in_the_base_with_file_and_hunk(two_patch_series, sn
     idx = next(i for i, ln in enumerate(lines) if b"class SpeculativeAlgorithm" in ln)
     lines[idx - 1] = lines[idx - 1].rstrip(b"\n") + b"  # local edit\n"  # a context line of hunk 1
     (against / SPEC).write_bytes(b"".join(lines))
-    r = run_cli("check", "--series", str(series_dir), "--against", str(against), "--json",
-                "--pin", str(series_dir.parent / "pin.toml"))
+    r = run_cli(
+        "check", "--series", str(series_dir), "--against", str(against), "--json", "--pin", str(series_dir.parent / "pin.toml")
+    )
     assert r.returncode == 4, r.stderr
     rep = json.loads(r.stdout)
     assert rep["ok"] is False
@@ -110,8 +111,16 @@ def test_check_reports_drift_in_the_base_with_file_and_hunk(two_patch_series, sn
 
 def test_check_ok_json_and_pristine_tree(two_patch_series, snapshot_root):
     series_dir, _, _ = two_patch_series
-    r = run_cli("check", "--series", str(series_dir), "--against", str(snapshot_root), "--json",
-                "--pin", str(series_dir.parent / "pin.toml"))
+    r = run_cli(
+        "check",
+        "--series",
+        str(series_dir),
+        "--against",
+        str(snapshot_root),
+        "--json",
+        "--pin",
+        str(series_dir.parent / "pin.toml"),
+    )
     assert r.returncode == 0, r.stderr
     rep = json.loads(r.stdout)
     assert rep["ok"] and [p["status"] for p in rep["patches"]] == ["applied", "applied"]
@@ -208,9 +217,17 @@ def test_edit_refresh_roundtrip_is_byte_exact(two_patch_series, snapshot_root, t
     # A new commit becomes a new patch at the end of the series.
     wt = res.work_dir
     (wt / VERSION).write_bytes((wt / VERSION).read_bytes() + b"# new\n")
-    subprocess.run(["git", "-C", str(wt), "commit", "-qam", "0003-version-note.patch"], check=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", "-C", str(wt), "commit", "-qam", "0003-version-note.patch"],
+        check=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     rr = authoring.refresh(wt, series_dir)
     assert rr.written == ["0003-version-note.patch"] and rr.series_rewritten
     assert (series_dir / "series").read_text().splitlines()[-1] == "0003-version-note.patch"
@@ -226,9 +243,17 @@ def test_refresh_refuses_uncommitted_changes_and_bad_subjects(two_patch_series, 
     (res.work_dir / VERSION).write_bytes(b"oops\n")
     with pytest.raises(UsageError, match="uncommitted"):
         authoring.refresh(res.work_dir, series_dir)
-    subprocess.run(["git", "-C", str(res.work_dir), "commit", "-qam", "fix stuff"], check=True,
-                   env={**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
-                        "GIT_COMMITTER_EMAIL": "t@t"})
+    subprocess.run(
+        ["git", "-C", str(res.work_dir), "commit", "-qam", "fix stuff"],
+        check=True,
+        env={
+            **os.environ,
+            "GIT_AUTHOR_NAME": "t",
+            "GIT_AUTHOR_EMAIL": "t@t",
+            "GIT_COMMITTER_NAME": "t",
+            "GIT_COMMITTER_EMAIL": "t@t",
+        },
+    )
     with pytest.raises(SeriesError, match="not a patch file name"):
         authoring.refresh(res.work_dir, series_dir)
     with pytest.raises(UsageError, match="not empty"):
@@ -248,8 +273,7 @@ def test_cli_exit_codes_and_streams(tmp_path, make_series):
     assert r.returncode == 0 and "push" in r.stdout and "check" in r.stdout
 
 
-def test_base_that_drifted_from_the_pin_is_refused_even_where_every_hunk_applies(two_patch_series, snapshot_root,
-                                                                                 tmp_path):
+def test_base_that_drifted_from_the_pin_is_refused_even_where_every_hunk_applies(two_patch_series, snapshot_root, tmp_path):
     """A pinned file edited OUTSIDE every hunk: the patches still apply, the pin check refuses (exit 3)."""
     series_dir, pristine, _ = two_patch_series
     lines = pristine.splitlines(keepends=True)
@@ -294,8 +318,9 @@ def test_pin_coverage_is_a_policy_for_every_series_dir(two_patch_series, snapsho
     lagging = load_pin(series_dir.parent / "pin.toml")
     del lagging.files["sglang/srt/new_mod.py"]
     lagging.save(tmp_path / "lagging.toml")
-    r = run_cli("check", "--series", str(series_dir), "--against", str(snapshot_root), "--pin",
-                str(tmp_path / "lagging.toml"), "--json")
+    r = run_cli(
+        "check", "--series", str(series_dir), "--against", str(snapshot_root), "--pin", str(tmp_path / "lagging.toml"), "--json"
+    )
     assert r.returncode == 3 and "sglang/srt/new_mod.py" in r.stderr, r.stderr
     fix = " ".join(r.stderr.split())  # the hint names this series and this pin
     assert f"snapshot pin --series {series_dir.resolve()} --pin {tmp_path / 'lagging.toml'}" in fix, r.stderr
@@ -318,7 +343,7 @@ def test_hunk_header_start_lines_are_checked(snapshot_root, tmp_path, make_serie
     assert len(heads) == 2
     m = heads[1]
     for side, group in (("new", 3), ("old", 1)):
-        bad = patch[:m.start(group)] + str(int(m.group(group)) + 1).encode() + patch[m.end(group):]
+        bad = patch[: m.start(group)] + str(int(m.group(group)) + 1).encode() + patch[m.end(group) :]
         d = make_series({"0001-x.patch": bad}, name=f"sglang-0.5.23-{side}")
         with pytest.raises(PatchApplyError) as ei:
             build(tmp_path / f"out-{side}", series_dir=d, base_dir=snapshot_root, pin=False)
@@ -352,14 +377,25 @@ def test_bad_input_is_refused_where_it_enters_with_exit_2(tmp_path, make_series,
         assert "a bug" not in r.stderr
     # `--series .` from inside a series dir names the series after that directory (not "")
     series_dir, _, _ = two_patch_series
-    r = run_cli("check", "--series", ".", "--against", str(snapshot_root), "--pin",
-                str(series_dir.parent / "pin.toml"), "--json", cwd=series_dir)
+    r = run_cli(
+        "check",
+        "--series",
+        ".",
+        "--against",
+        str(snapshot_root),
+        "--pin",
+        str(series_dir.parent / "pin.toml"),
+        "--json",
+        cwd=series_dir,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["series"] == "sglang-0.5.23" and json.loads(r.stdout)["series_id"].startswith("sglang-0.5.23+")
 
 
 def test_compile_error_message_names_file_and_line(tmp_path, make_series, snapshot_root):
-    d = make_series({"0001-bad.patch": "--- /dev/null\n+++ b/sglang/srt/bad_mod.py\n@@ -0,0 +1,3 @@\n+X = 1\n+def f(:\n+    pass\n"})
+    d = make_series(
+        {"0001-bad.patch": "--- /dev/null\n+++ b/sglang/srt/bad_mod.py\n@@ -0,0 +1,3 @@\n+X = 1\n+def f(:\n+    pass\n"}
+    )
     pin = series_pin(d, snapshot_root)
     for cmd in (["check"], ["build", "--out", str(tmp_path / "out")]):
         r = run_cli(*cmd, "--series", str(d), "--pin", str(pin), "--against", str(snapshot_root))

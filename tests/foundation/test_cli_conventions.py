@@ -67,11 +67,20 @@ def _env():
 
 
 def test_patches_list_writes_its_data_to_stdout():
-    r = subprocess.run([sys.executable, "-m", "ddtree_deploy", "patches", "list"], capture_output=True, text=True,
-                       timeout=120, env=_env(), cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "ddtree_deploy", "patches", "list"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr
-    series = [ln.strip() for ln in (REPO / "patches" / "sglang-0.5.23" / "series").read_text().splitlines()
-              if ln.strip() and not ln.startswith("#")]
+    series = [
+        ln.strip()
+        for ln in (REPO / "patches" / "sglang-0.5.23" / "series").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
     rows = [ln.split("\t") for ln in r.stdout.splitlines()]
     assert rows and all(len(row) == 3 for row in rows)
     assert [n for n in dict.fromkeys(row[0] for row in rows)] == series
@@ -83,8 +92,15 @@ def _two_host_inventory(tmp_path: Path) -> Path:
     key.write_text("not a key\n")
     lines = []
     for i, name in enumerate(("a", "b")):  # closed loopback ports: a connection attempt fails at once
-        lines += [f"[hosts.{name}]", f'target = "root@127.0.0.1:{9 + i}"', f'identity_file = "{key}"',
-                  f'known_hosts = "{tmp_path / "kh"}"', 'python = "python3"', f'state_dir = "{tmp_path / name}"', ""]
+        lines += [
+            f"[hosts.{name}]",
+            f'target = "root@127.0.0.1:{9 + i}"',
+            f'identity_file = "{key}"',
+            f'known_hosts = "{tmp_path / "kh"}"',
+            'python = "python3"',
+            f'state_dir = "{tmp_path / name}"',
+            "",
+        ]
     inv = tmp_path / "hosts.toml"
     inv.write_text("\n".join(lines))
     return inv
@@ -93,13 +109,13 @@ def _two_host_inventory(tmp_path: Path) -> Path:
 def test_rollback_all_to_pristine_asks_first(tmp_path):
     inv = _two_host_inventory(tmp_path)
     base = [sys.executable, "-m", "ddtree_deploy", "rollback", "--all", "--to", "pristine", "--inventory", str(inv)]
-    r = subprocess.run(base, capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path,
-                       stdin=subprocess.DEVNULL)
+    r = subprocess.run(base, capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL)
     assert r.returncode == 2, r.stderr
     assert "error:" in r.stderr and "fix:" in r.stderr and "--yes" in r.stderr and "2 hosts" in r.stderr
     # with --yes it goes on to the hosts (which are unreachable here): a different outcome than the refusal
-    r = subprocess.run(base + ["--yes"], capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path,
-                       stdin=subprocess.DEVNULL)
+    r = subprocess.run(
+        base + ["--yes"], capture_output=True, text=True, timeout=120, env=_env(), cwd=tmp_path, stdin=subprocess.DEVNULL
+    )
     assert r.returncode not in (0, 2), r.stderr
     assert "--yes" not in r.stderr
 
@@ -176,15 +192,24 @@ def test_the_fleet_display_draws_on_the_environment():
     from ddtree_deploy.cli.fleet_ui import FleetUI
     from ddtree_deploy.remote.fleet import DONE, NOTE, FleetEvent
 
-    events = [FleetEvent("a", "connecting", 5), FleetEvent("a", "uploading", 20),
-              FleetEvent("a", "uploading 10/100 bytes", 21), FleetEvent("a", "uploading 90/100 bytes", 33),
-              FleetEvent("a", "a note", kind=NOTE), FleetEvent("a", "deployed", 100, DONE)]
+    events = [
+        FleetEvent("a", "connecting", 5),
+        FleetEvent("a", "uploading", 20),
+        FleetEvent("a", "uploading 10/100 bytes", 21),
+        FleetEvent("a", "uploading 90/100 bytes", 33),
+        FleetEvent("a", "a note", kind=NOTE),
+        FleetEvent("a", "deployed", 100, DONE),
+    ]
     plain = _io_env()
     with FleetUI(plain, ["a"]) as ui:
         for ev in events:
             ui(ev)
     assert plain.stderr.getvalue().splitlines() == [  # not a terminal: one line per phase, not per tick
-        "a: connecting", "a: uploading", "a: a note", "a: deployed"]
+        "a: connecting",
+        "a: uploading",
+        "a: a note",
+        "a: deployed",
+    ]
     live = _io_env(stderr_isatty=True)
     with FleetUI(live, ["a"]) as ui:
         for ev in events:
@@ -243,7 +268,11 @@ def test_help_shows_metavars_not_python_types():
 
 def test_type_label_sees_what_typer_prints_by_default():
     assert TYPE_LABEL.findall("--all  <bool>  x  hosts... <list[str]> --out <path> -n <int range> [x>=0]") == [
-        "<bool>", "<list[str]>", "<path>", "<int range>"]
+        "<bool>",
+        "<list[str]>",
+        "<path>",
+        "<int range>",
+    ]
     assert not TYPE_LABEL.findall("bench-out/<host>-<UTC time>")  # help prose may hold angle brackets
 
 
@@ -276,8 +305,14 @@ def test_usage_errors_in_the_project_style_with_exit_2(argv, message, fix):
 
 
 def test_usage_error_from_the_console_script():
-    r = subprocess.run([sys.executable, "-m", "ddtree_deploy", "rollback", "--to"], capture_output=True, text=True,
-                       timeout=120, env=_env(), cwd=REPO)
+    r = subprocess.run(
+        [sys.executable, "-m", "ddtree_deploy", "rollback", "--to"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(),
+        cwd=REPO,
+    )
     assert r.returncode == 2
     assert r.stderr.startswith("error: rollback: Option '--to' requires an argument"), r.stderr
     assert "fix: usage: ddtree-deploy rollback [OPTIONS] [HOST]..." in r.stderr
@@ -286,20 +321,28 @@ def test_usage_error_from_the_console_script():
 def test_shell_completion_shows_installs_and_completes(tmp_path):
     env = {**_env(), "HOME": str(tmp_path), "SHELL": "/bin/bash"}
     cmd = f"{sys.executable} -m ddtree_deploy"
-    r = subprocess.run(["bash", "-c", f"{cmd} --show-completion"], capture_output=True, text=True, timeout=120,
-                       env=env, cwd=REPO)
+    r = subprocess.run(["bash", "-c", f"{cmd} --show-completion"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
     assert r.returncode == 0, r.stderr
     assert "_DDTREE_DEPLOY_COMPLETE=complete_bash" in r.stdout and "complete -o default -F" in r.stdout
-    r = subprocess.run(["bash", "-c", f"{cmd} --install-completion"], capture_output=True, text=True, timeout=120,
-                       env=env, cwd=REPO)
+    r = subprocess.run(
+        ["bash", "-c", f"{cmd} --install-completion"], capture_output=True, text=True, timeout=120, env=env, cwd=REPO
+    )
     assert r.returncode == 0, r.stderr
     assert "_DDTREE_DEPLOY_COMPLETE" in (tmp_path / ".bash_completions" / "ddtree-deploy.sh").read_text()
     assert ".bash_completions/ddtree-deploy.sh" in (tmp_path / ".bashrc").read_text()
-    for words, cword, want in (("ddtree-deploy pu", "1", {"push"}), ("ddtree-deploy lock ", "2", {"status", "release"}),
-                               ("ddtree-deploy push --dr", "2", {"--dry-run"})):
-        r = subprocess.run([sys.executable, "-m", "ddtree_deploy"], capture_output=True, text=True, timeout=120,
-                           env={**env, "_DDTREE_DEPLOY_COMPLETE": "complete_bash", "COMP_WORDS": words,
-                                "COMP_CWORD": cword}, cwd=REPO)
+    for words, cword, want in (
+        ("ddtree-deploy pu", "1", {"push"}),
+        ("ddtree-deploy lock ", "2", {"status", "release"}),
+        ("ddtree-deploy push --dr", "2", {"--dry-run"}),
+    ):
+        r = subprocess.run(
+            [sys.executable, "-m", "ddtree_deploy"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**env, "_DDTREE_DEPLOY_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": cword},
+            cwd=REPO,
+        )
         assert set(r.stdout.split()) == want, (words, r.stdout, r.stderr)
 
 

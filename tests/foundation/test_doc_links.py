@@ -55,8 +55,10 @@ def test_the_readme_links_each_moved_doc():
 
 
 def test_the_link_pattern():
-    text = ("[a](x.md) ![img](d/p.png) [`code`](y.md#part) [web](https://e.org/z) [self](#anchor)\n"
-            "`[not](inline.md)`\n```\n[not](fenced.md)\n```\n[t](<spaced.md> \"title\")")
+    text = (
+        "[a](x.md) ![img](d/p.png) [`code`](y.md#part) [web](https://e.org/z) [self](#anchor)\n"
+        '`[not](inline.md)`\n```\n[not](fenced.md)\n```\n[t](<spaced.md> "title")'
+    )
     assert relative_links(text) == ["x.md", "d/p.png", "y.md#part", "spaced.md"]
 
 

@@ -111,10 +111,10 @@ def test_one_character_drift_is_refused_at_the_right_place(data):
     assume(checked)
     hunk_no, line_no, text = data.draw(st.sampled_from(checked))
     body = text.rstrip(b"\r\n")
-    ending = text[len(body):]
+    ending = text[len(body) :]
     col = data.draw(st.integers(0, len(body)))  # == len(body): insert a character at the end
     ch = data.draw(st.sampled_from([b"Q", b"-", b" "]))
-    drifted_line = body[:col] + ch + body[col + 1:] + ending if col < len(body) else body + ch + ending
+    drifted_line = body[:col] + ch + body[col + 1 :] + ending if col < len(body) else body + ch + ending
     assume(drifted_line != text)
     lines = split_lines(base)
     lines[line_no - 1] = drifted_line
@@ -156,6 +156,7 @@ def test_missing_final_newline_is_exact():
 
 # --- refusals -------------------------------------------------------------------------------
 
+
 def _diff_for(path_a: str, path_b: str) -> bytes:
     return (f"--- {path_a}\n+++ {path_b}\n@@ -1 +1 @@\n-a\n+b\n").encode()
 
@@ -179,8 +180,10 @@ def test_unsafe_paths_are_refused(a, b, match):
 
 
 def test_binary_patches_are_refused():
-    git_binary = (b"diff --git a/sglang/x.bin b/sglang/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
-                  b"GIT binary patch\nliteral 3\nKcmZ?wYXATM00001\n\nliteral 0\nHcmV?d00001\n")
+    git_binary = (
+        b"diff --git a/sglang/x.bin b/sglang/x.bin\nnew file mode 100644\nindex 0000000..1111111\n"
+        b"GIT binary patch\nliteral 3\nKcmZ?wYXATM00001\n\nliteral 0\nHcmV?d00001\n"
+    )
     with pytest.raises(PatchRefusedError, match="binary"):
         parse_patch_bytes(git_binary, name="bin.patch")
     plain = b"diff --git a/sglang/x.bin b/sglang/x.bin\nBinary files a/sglang/x.bin and b/sglang/x.bin differ\n"
@@ -189,12 +192,13 @@ def test_binary_patches_are_refused():
 
 
 def test_symlinks_and_renames_in_git_headers_are_refused():
-    link = (b"diff --git a/sglang/l b/sglang/l\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
-            b"+++ b/sglang/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n")
+    link = (
+        b"diff --git a/sglang/l b/sglang/l\nnew file mode 120000\nindex 0000000..1111111\n--- /dev/null\n"
+        b"+++ b/sglang/l\n@@ -0,0 +1 @@\n+/etc/passwd\n\\ No newline at end of file\n"
+    )
     with pytest.raises(PatchRefusedError, match="symlinks"):
         parse_patch_bytes(link, name="l.patch")
-    ren = (b"diff --git a/sglang/a.py b/sglang/b.py\nsimilarity index 100%\nrename from sglang/a.py\n"
-           b"rename to sglang/b.py\n")
+    ren = b"diff --git a/sglang/a.py b/sglang/b.py\nsimilarity index 100%\nrename from sglang/a.py\nrename to sglang/b.py\n"
     with pytest.raises(PatchRefusedError, match="renam"):
         parse_patch_bytes(ren, name="r.patch")
 
@@ -227,8 +231,10 @@ def test_series_order_and_compile_error_names_the_culprit(make_series, tmp_path)
 
 
 def test_new_file_mode_from_the_patch_is_kept_exactly():
-    patch = (b"diff --git a/sglang/srt/x.py b/sglang/srt/x.py\nnew file mode 100755\n--- /dev/null\n"
-             b"+++ b/sglang/srt/x.py\n@@ -0,0 +1 @@\n+X = 1\n")
+    patch = (
+        b"diff --git a/sglang/srt/x.py b/sglang/srt/x.py\nnew file mode 100755\n--- /dev/null\n"
+        b"+++ b/sglang/srt/x.py\n@@ -0,0 +1 @@\n+X = 1\n"
+    )
     p = parse_patch_bytes(patch, name="t.patch")
 
     class S:
@@ -237,12 +243,13 @@ def test_new_file_mode_from_the_patch_is_kept_exactly():
     for base_mode in (0o644, 0o600):
         fr = apply_series(S, lambda rel: None, lambda rel: base_mode).files[REL]  # type: ignore[arg-type]
         assert fr.mode == 0o755 and fr.result == b"X = 1\n"
-    plain = apply_series(type("S0", (), {"patches": [parse_patch_bytes(patch.split(b"new file mode 100755\n")[1],
-                                                                      name="t.patch")]}), lambda rel: None).files[REL]
+    plain = apply_series(
+        type("S0", (), {"patches": [parse_patch_bytes(patch.split(b"new file mode 100755\n")[1], name="t.patch")]}),
+        lambda rel: None,
+    ).files[REL]
     assert plain.mode == 0o644  # no mode in the patch, no base: the default
     sticky = patch.replace(b"100755", b"104755")  # setuid bit: dropped, only rwx bits are kept
-    fr = apply_series(type("S2", (), {"patches": [parse_patch_bytes(sticky, name="t.patch")]}),
-                      lambda rel: None).files[REL]  # type: ignore[arg-type]
+    fr = apply_series(type("S2", (), {"patches": [parse_patch_bytes(sticky, name="t.patch")]}), lambda rel: None).files[REL]  # type: ignore[arg-type]
     assert fr.mode == 0o755
 
 
@@ -257,7 +264,7 @@ def test_hunk_header_new_start_too_small_is_refused_too():
     import re
 
     m = list(re.finditer(rb"\+(\d+),(\d+) @@", patch))[1]
-    bad = patch[:m.start(1)] + str(int(m.group(1)) - 1).encode() + patch[m.end(1):]
+    bad = patch[: m.start(1)] + str(int(m.group(1)) - 1).encode() + patch[m.end(1) :]
     with pytest.raises(PatchApplyError, match="hunk header says new line") as ei:
         _apply_one(base, bad)
     assert ei.value.hunk == 2
@@ -300,10 +307,12 @@ def test_hunk_errors_for_missing_base_name_the_first_hunk():
 
 
 def test_compile_check_looks_past_non_python_files(make_series, tmp_path):
-    d = make_series({
-        "0001-notes.patch": git_diff(None, b"notes\n", "sglang/srt/notes.txt", tmp_path / "a"),
-        "0002-bad.patch": git_diff(None, b"def f(:\n", "sglang/srt/bad.py", tmp_path / "b"),
-    })
+    d = make_series(
+        {
+            "0001-notes.patch": git_diff(None, b"notes\n", "sglang/srt/notes.txt", tmp_path / "a"),
+            "0002-bad.patch": git_diff(None, b"def f(:\n", "sglang/srt/bad.py", tmp_path / "b"),
+        }
+    )
     res = apply_series(load_series(d), lambda rel: None)
     with pytest.raises(CompileError, match="sglang/srt/bad.py:1"):
         compile_check(res)
@@ -337,11 +346,13 @@ def test_compile_check_skips_deleted_python_files(make_series, tmp_path, snapsho
 def test_compile_error_culprit_is_the_first_patch_that_broke_the_file(make_series, tmp_path):
     rel = "sglang/srt/y.py"
     good, broken, still = b"X = 1\n", b"def f(:\n", b"def f(:\n# still broken\n"
-    d = make_series({
-        "0001-del.patch": git_diff(good, None, rel, tmp_path / "a"),
-        "0002-new.patch": git_diff(None, broken, rel, tmp_path / "b"),
-        "0003-more.patch": git_diff(broken, still, rel, tmp_path / "c"),
-    })
+    d = make_series(
+        {
+            "0001-del.patch": git_diff(good, None, rel, tmp_path / "a"),
+            "0002-new.patch": git_diff(None, broken, rel, tmp_path / "b"),
+            "0003-more.patch": git_diff(broken, still, rel, tmp_path / "c"),
+        }
+    )
     res = apply_series(load_series(d), lambda r: good)
     with pytest.raises(CompileError, match="introduced by 0002-new.patch"):
         compile_check(res)

@@ -68,7 +68,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
                 stack.pop()
                 path.pop()
             elif colour[nxt] == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             elif colour[nxt] == 0:
                 colour[nxt] = 1
                 stack.append((nxt, iter(sorted(graph[nxt]))))
@@ -117,18 +117,29 @@ def ui_uses(path: Path) -> list[str]:
                 found.append(f"{path.name}:{node.lineno}: import {n}")
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print":
             found.append(f"{path.name}:{node.lineno}: print(")
-        if (isinstance(node, ast.Attribute) and node.attr in ("stdout", "stderr") and isinstance(node.value, ast.Name)
-                and node.value.id == "sys" and path.name not in WIRE_WRITERS):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("stdout", "stderr")
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "sys"
+            and path.name not in WIRE_WRITERS
+        ):
             found.append(f"{path.name}:{node.lineno}: sys.{node.attr}")
     return found
 
 
 def test_ui_uses_sees_each_kind(tmp_path):
     p = tmp_path / "m.py"
-    p.write_text("import sys\nfrom rich.table import Table\nimport ddtree_deploy.cli.console\nprint('x')\n"
-                 "sys.stderr.write('y')\nS = 'print(1)'\n")
+    p.write_text(
+        "import sys\nfrom rich.table import Table\nimport ddtree_deploy.cli.console\nprint('x')\n"
+        "sys.stderr.write('y')\nS = 'print(1)'\n"
+    )
     assert [u.split(": ", 1)[1] for u in ui_uses(p)] == [
-        "import rich.table", "import ddtree_deploy.cli.console", "print(", "sys.stderr"]
+        "import rich.table",
+        "import ddtree_deploy.cli.console",
+        "print(",
+        "sys.stderr",
+    ]
 
 
 def test_remote_draws_and_prints_nothing():

@@ -51,7 +51,8 @@ def sys_path_edits() -> dict[str, list[int]]:
 def test_no_sys_path_edits_outside_the_allowed_files():
     bad = {rel: lines for rel, lines in sys_path_edits().items() if not _allowed(rel)}
     assert not bad, (
-        "sys.path edited in " + ", ".join(f"{rel}:{lines}" for rel, lines in sorted(bad.items()))
+        "sys.path edited in "
+        + ", ".join(f"{rel}:{lines}" for rel, lines in sorted(bad.items()))
         + ": import the installed package instead, put a tests helper dir on pytest's `pythonpath` "
         "(pyproject.toml), or give a child process a PYTHONPATH"
     )
@@ -68,8 +69,16 @@ def test_the_allowed_list_names_only_files_that_still_need_it():
 
 def test_the_scan_sees_each_form_of_edit():
     """The pattern itself: each way of editing sys.path is seen, reading it is not."""
-    edits = ["sys.path.insert(0, p)", "sys.path.append(p)", "sys.path[:] = []", "sys.path += [p]",
-             "sys.path = [p]", "site.addsitedir(p)", "from sys import path", "    sys.path.pop(0)"]
+    edits = [
+        "sys.path.insert(0, p)",
+        "sys.path.append(p)",
+        "sys.path[:] = []",
+        "sys.path += [p]",
+        "sys.path = [p]",
+        "site.addsitedir(p)",
+        "from sys import path",
+        "    sys.path.pop(0)",
+    ]
     reads = ["if p not in sys.path:", "print(sys.path)", "x = sys.path[0]", "sys.path == y", "PYTHONPATH=tools"]
     for line in edits:
         assert EDIT.search(line), line

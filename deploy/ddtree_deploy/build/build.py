@@ -30,8 +30,9 @@ class Inputs:
     pin: Pin | None
 
 
-def resolve_inputs(series_dir: Path | None = None, base_dir: Path | None = None, pin: Pin | None | bool = True,
-                   *, fetch: bool = True) -> Inputs:
+def resolve_inputs(
+    series_dir: Path | None = None, base_dir: Path | None = None, pin: Pin | None | bool = True, *, fetch: bool = True
+) -> Inputs:
     """Load the series and find the base tree. ``pin=True`` loads the repo's pin; ``False``: none."""
     series = load_series(Path(series_dir) if series_dir else default_series_dir())
     if pin is True:
@@ -64,9 +65,11 @@ def check_pin_coverage(series: Series, pin: Pin) -> None:
     if missing:
         raise PinError(
             f"the pin {pin.path} does not record {len(missing)} file(s) the series touches: {', '.join(missing)}",
-            hint=(f"ddtree-deploy snapshot pin --series {series.directory}"
-                  + ("" if pin.path is None else f" --pin {pin.path}")
-                  + "   # records their pristine hashes from the verified snapshot"),
+            hint=(
+                f"ddtree-deploy snapshot pin --series {series.directory}"
+                + ("" if pin.path is None else f" --pin {pin.path}")
+                + "   # records their pristine hashes from the verified snapshot"
+            ),
         )
 
 
@@ -77,7 +80,9 @@ def verify_base_against_pin(result: ApplyResult, pin: Pin) -> None:
         have = ABSENT if fr.base is None else sha256_bytes(fr.base)
         if want is not None and want != have:
             raise HashMismatchError(
-                fr.path, want, have,
+                fr.path,
+                want,
+                have,
                 hint="the base tree drifted from the pin: ddtree-deploy snapshot verify (or fetch it again)",
             )
 
@@ -105,16 +110,24 @@ def manifest_for(result: ApplyResult, pin: Pin | None) -> Manifest:
         package, version = pin.name, pin.version
     files = []
     for fr in sorted(result.changed(), key=lambda f: f.path):
-        files.append(FileEntry(
-            path=fr.path,
-            action=fr.action,
-            pristine_sha256=None if fr.base is None else sha256_bytes(fr.base),
-            patched_sha256=None if fr.result is None else sha256_bytes(fr.result),
-            mode=f"{fr.mode:04o}",
-            patches=list(fr.patches),
-        ))
-    return Manifest(package=package, version=version, series=series.name, series_id=series.series_id,
-                    patches=[PatchEntry(p.name, p.sha256) for p in series.patches], files=files)
+        files.append(
+            FileEntry(
+                path=fr.path,
+                action=fr.action,
+                pristine_sha256=None if fr.base is None else sha256_bytes(fr.base),
+                patched_sha256=None if fr.result is None else sha256_bytes(fr.result),
+                mode=f"{fr.mode:04o}",
+                patches=list(fr.patches),
+            )
+        )
+    return Manifest(
+        package=package,
+        version=version,
+        series=series.name,
+        series_id=series.series_id,
+        patches=[PatchEntry(p.name, p.sha256) for p in series.patches],
+        files=files,
+    )
 
 
 def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
@@ -128,8 +141,11 @@ def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
         blocker = next((a for a in [out_dir, *out_dir.parents] if a.exists() and not a.is_dir()), None)
         if blocker is not None:
             why = f"{blocker} is a file, not a directory"
-        raise UsageError(f"cannot write the build output {out_dir}: {why}",
-                         hint="choose a writable --out directory", details={"out": str(out_dir)}) from None
+        raise UsageError(
+            f"cannot write the build output {out_dir}: {why}",
+            hint="choose a writable --out directory",
+            details={"out": str(out_dir)},
+        ) from None
     try:
         for fr in result.changed():
             if fr.result is None:
@@ -163,8 +179,14 @@ def _py_compile(path: Path, fr: FileResult) -> None:
             raise CompileError(f"{fr.path}: py_compile failed: {exc.msg} (last patched by {culprit})") from None
 
 
-def build(out_dir: Path, series_dir: Path | None = None, base_dir: Path | None = None,
-          pin: Pin | None | bool = True, *, require_coverage: bool = True) -> Manifest:
+def build(
+    out_dir: Path,
+    series_dir: Path | None = None,
+    base_dir: Path | None = None,
+    pin: Pin | None | bool = True,
+    *,
+    require_coverage: bool = True,
+) -> Manifest:
     """Build the series into ``out_dir``; see the module docstring. Returns the manifest."""
     inputs = resolve_inputs(series_dir, base_dir, pin)
     result = apply_checked(inputs, require_coverage=require_coverage)
@@ -211,8 +233,13 @@ class CheckReport:
 def check(inputs: Inputs) -> CheckReport:
     """Apply + verify + compile without writing; a report instead of an exception for patch errors."""
     s = inputs.series
-    rep = CheckReport(ok=True, series=s.name, series_id=s.series_id,
-                      base=str(inputs.base_dir) if inputs.base_dir else None, unlisted=list(s.unlisted))
+    rep = CheckReport(
+        ok=True,
+        series=s.name,
+        series_id=s.series_id,
+        base=str(inputs.base_dir) if inputs.base_dir else None,
+        unlisted=list(s.unlisted),
+    )
     for p in s.patches:
         rep.patches.append(PatchReport(p.name, p.sha256, "applied", [f.path for f in p.files]))
     try:

@@ -36,6 +36,7 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
+
 def _version(ctx: typer.Context, value: bool) -> None:
     if value:
         env_of(ctx).out_line(__version__)
@@ -45,7 +46,9 @@ def _version(ctx: typer.Context, value: bool) -> None:
 @app.callback()
 def _root(
     ctx: typer.Context,
-    verbose: int = typer.Option(0, "--verbose", "-v", count=True, help="More detail on stderr (the traceback of an unexpected error)."),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True, help="More detail on stderr (the traceback of an unexpected error)."
+    ),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     env_of(ctx).verbosity = verbose

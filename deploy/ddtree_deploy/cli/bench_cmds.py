@@ -27,30 +27,70 @@ def _int_list(text: str, what: str) -> list[int]:
 
 def bench(
     ctx: typer.Context,
-    host: str = typer.Argument(..., metavar="HOST", help="An inventory host (reads \\[hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."),
-    budgets: str = typer.Option("16,32,64,128,256,512", "--budgets", metavar="BUDGETS", help="Comma-separated DDTree budgets B (tree nodes)."),
+    host: str = typer.Argument(
+        ..., metavar="HOST", help="An inventory host (reads \\[hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."
+    ),
+    budgets: str = typer.Option(
+        "16,32,64,128,256,512", "--budgets", metavar="BUDGETS", help="Comma-separated DDTree budgets B (tree nodes)."
+    ),
     dataset: List[str] = typer.Option(
-        [], "--dataset", "-d",
-        metavar="DATASET", help="Repeatable. A local .jsonl file ([NAME=]PATH) or a reference dataset in the local HF cache: gsm8k, math500, humaneval, mbpp, mt-bench, alpaca."),
-    concurrency: int = typer.Option(1, "--concurrency", "-c", metavar="N", help="Requests in flight (1 = the paper's batch-1 setting)."),
+        [],
+        "--dataset",
+        "-d",
+        metavar="DATASET",
+        help="Repeatable. A local .jsonl file ([NAME=]PATH) or a reference dataset in the local HF cache: "
+        "gsm8k, math500, humaneval, mbpp, mt-bench, alpaca.",
+    ),
+    concurrency: int = typer.Option(
+        1, "--concurrency", "-c", metavar="N", help="Requests in flight (1 = the paper's batch-1 setting)."
+    ),
     num_prompts: Optional[int] = typer.Option(16, "--num-prompts", metavar="N", help="Prompts per dataset (reference: 128)."),
     max_new_tokens: int = typer.Option(256, "--max-new-tokens", metavar="N", help="Per request (reference: 2048)."),
-    temperature: float = typer.Option(0.0, "--temperature", metavar="T", help="0 = greedy (lossless: outputs must equal the baseline)."),
+    temperature: float = typer.Option(
+        0.0, "--temperature", metavar="T", help="0 = greedy (lossless: outputs must equal the baseline)."
+    ),
     seed: Optional[int] = typer.Option(
-        None, "--seed", metavar="N", help="T>0 only: send sampling_seed = seed + prompt_index (DDTREE then uses EAGLE's seeded tree kernel, not the target-sample walk)."),
-    out: Optional[Path] = typer.Option(None, "--out", metavar="DIR", help="Output directory (default: bench-out/<host>-<UTC time>)."),
+        None,
+        "--seed",
+        metavar="N",
+        help="T>0 only: send sampling_seed = seed + prompt_index"
+        " (DDTREE then uses EAGLE's seeded tree kernel, not the target-sample walk).",
+    ),
+    out: Optional[Path] = typer.Option(
+        None, "--out", metavar="DIR", help="Output directory (default: bench-out/<host>-<UTC time>)."
+    ),
     base_url: List[str] = typer.Option(
-        [], "--base-url",
-        metavar="URL", help="Repeatable. URL (every run; may contain {budget} {method} {kind}) or KEY=URL with KEY a method (ddtree_tb64, baseline, dflash), a budget (64) or a kind."),
+        [],
+        "--base-url",
+        metavar="URL",
+        help="Repeatable. URL (every run; may contain {budget} {method} {kind})"
+        " or KEY=URL with KEY a method (ddtree_tb64, baseline, dflash), a budget (64) or a kind.",
+    ),
     server_command: Optional[str] = typer.Option(
-        None, "--server-command", metavar="TEMPLATE", help="Shell template that brings up a server: {budget} {port} {method} {kind} {algorithm}."),
-    server_command_baseline: Optional[str] = typer.Option(None, "--server-command-baseline", metavar="TEMPLATE", help="Template for the autoregressive server."),
-    server_command_dflash: Optional[str] = typer.Option(None, "--server-command-dflash", metavar="TEMPLATE", help="Template for the linear DFlash server."),
-    reference_runs: str = typer.Option("baseline,dflash", "--reference-runs", metavar="RUNS", help="Reference runs drawn as horizontal lines ('' for none)."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", metavar="PATH", help="Local tokenizer dir: render prompts with its chat template like the reference."),
-    health_timeout: float = typer.Option(900.0, "--health-timeout", metavar="SECONDS", help="Seconds to wait for /health per server."),
+        None,
+        "--server-command",
+        metavar="TEMPLATE",
+        help="Shell template that brings up a server: {budget} {port} {method} {kind} {algorithm}.",
+    ),
+    server_command_baseline: Optional[str] = typer.Option(
+        None, "--server-command-baseline", metavar="TEMPLATE", help="Template for the autoregressive server."
+    ),
+    server_command_dflash: Optional[str] = typer.Option(
+        None, "--server-command-dflash", metavar="TEMPLATE", help="Template for the linear DFlash server."
+    ),
+    reference_runs: str = typer.Option(
+        "baseline,dflash", "--reference-runs", metavar="RUNS", help="Reference runs drawn as horizontal lines ('' for none)."
+    ),
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", metavar="PATH", help="Local tokenizer dir: render prompts with its chat template like the reference."
+    ),
+    health_timeout: float = typer.Option(
+        900.0, "--health-timeout", metavar="SECONDS", help="Seconds to wait for /health per server."
+    ),
     request_timeout: float = typer.Option(600.0, "--request-timeout", metavar="SECONDS", help="Seconds per /generate request."),
-    inventory: Optional[str] = typer.Option(None, "--inventory", "-i", metavar="FILE", help="Inventory file (default: $DDTREE_DEPLOY_INVENTORY or deploy/hosts.toml)."),
+    inventory: Optional[str] = typer.Option(
+        None, "--inventory", "-i", metavar="FILE", help="Inventory file (default: $DDTREE_DEPLOY_INVENTORY or deploy/hosts.toml)."
+    ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
     json_: bool = JsonOpt,
 ) -> None:
@@ -97,16 +137,34 @@ def bench(
 
 def compare(
     ctx: typer.Context,
-    baseline: Path = typer.Argument(..., metavar="BASELINE", help="Baseline: reference benchmark.py .pt, our .jsonl, or a directory of them."),
+    baseline: Path = typer.Argument(
+        ..., metavar="BASELINE", help="Baseline: reference benchmark.py .pt, our .jsonl, or a directory of them."
+    ),
     run: Path = typer.Argument(..., metavar="RUN", help="Run to check: .jsonl (ddtree-deploy bench), .pt, or a directory."),
     min_exact_match: Optional[float] = typer.Option(
-        1.0, "--min-exact-match", metavar="RATE", help="Fail below this exact-match rate per dataset/method (T=0 is lossless: 1.0). Negative: off."),
-    max_tpot_ratio: Optional[float] = typer.Option(None, "--max-tpot-ratio", metavar="RATIO", help="Fail if mean run TPOT / mean baseline TPOT exceeds this."),
-    min_tau_ratio: Optional[float] = typer.Option(None, "--min-tau-ratio", metavar="RATIO", help="Fail if run tau / baseline tau is below this."),
+        1.0,
+        "--min-exact-match",
+        metavar="RATE",
+        help="Fail below this exact-match rate per dataset/method (T=0 is lossless: 1.0). Negative: off.",
+    ),
+    max_tpot_ratio: Optional[float] = typer.Option(
+        None, "--max-tpot-ratio", metavar="RATIO", help="Fail if mean run TPOT / mean baseline TPOT exceeds this."
+    ),
+    min_tau_ratio: Optional[float] = typer.Option(
+        None, "--min-tau-ratio", metavar="RATIO", help="Fail if run tau / baseline tau is below this."
+    ),
     against: Optional[str] = typer.Option(
-        None, "--against", metavar="METHOD", help="Compare every method with this BASELINE method (e.g. baseline: each vs target-only; works with BASELINE = RUN)."),
-    prefix_ok: bool = typer.Option(False, "--prefix-ok", help="Count an output that is a prefix of the other (different max_new_tokens) as a match."),
-    tokenizer: Optional[str] = typer.Option(None, "--tokenizer", metavar="PATH", help="Local tokenizer dir/file to decode the text around divergences."),
+        None,
+        "--against",
+        metavar="METHOD",
+        help="Compare every method with this BASELINE method (e.g. baseline: each vs target-only; works with BASELINE = RUN).",
+    ),
+    prefix_ok: bool = typer.Option(
+        False, "--prefix-ok", help="Count an output that is a prefix of the other (different max_new_tokens) as a match."
+    ),
+    tokenizer: Optional[str] = typer.Option(
+        None, "--tokenizer", metavar="PATH", help="Local tokenizer dir/file to decode the text around divergences."
+    ),
     json_: bool = JsonOpt,
 ) -> None:
     """Exact-match, first divergence, tau and TPOT of RUN vs BASELINE; exit 11 if thresholds fail."""
@@ -120,8 +178,13 @@ def compare(
     base_recs = load_records(baseline)
     run_recs = load_records(run)
     report = compare_records(
-        base_recs, run_recs, decode=decode, against=against,
-        thresholds=Thresholds(min_exact_match=min_exact_match, max_tpot_ratio=max_tpot_ratio, min_tau_ratio=min_tau_ratio, prefix_ok=prefix_ok),
+        base_recs,
+        run_recs,
+        decode=decode,
+        against=against,
+        thresholds=Thresholds(
+            min_exact_match=min_exact_match, max_tpot_ratio=max_tpot_ratio, min_tau_ratio=min_tau_ratio, prefix_ok=prefix_ok
+        ),
     )
     report["baseline"] = str(baseline)
     report["run"] = str(run)
@@ -132,5 +195,11 @@ def compare(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("bench", cls=Command, epilog='Example: ddtree-deploy bench gpu1 --dataset gsm8k --num-prompts 16 --budgets 16,64 --out out/bench')(bench)
-    app.command("compare", cls=Command, epilog='Example: ddtree-deploy compare baseline.jsonl out/bench/runs.jsonl --json')(compare)
+    app.command(
+        "bench",
+        cls=Command,
+        epilog="Example: ddtree-deploy bench gpu1 --dataset gsm8k --num-prompts 16 --budgets 16,64 --out out/bench",
+    )(bench)
+    app.command("compare", cls=Command, epilog="Example: ddtree-deploy compare baseline.jsonl out/bench/runs.jsonl --json")(
+        compare
+    )

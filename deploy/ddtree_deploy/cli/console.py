@@ -58,8 +58,9 @@ class Environment:
     @cached_property
     def err(self) -> Console:
         """The console for humans (stderr): messages, progress, tables."""
-        return Console(file=self.stderr, highlight=False, no_color=not self.colors,
-                       force_terminal=True if self.stderr_isatty else None)
+        return Console(
+            file=self.stderr, highlight=False, no_color=not self.colors, force_terminal=True if self.stderr_isatty else None
+        )
 
     def print_error(self, message: str, hint: str | None = None) -> None:
         """An error for humans on stderr: ``error: MESSAGE`` and, when known, ``fix: HINT``.

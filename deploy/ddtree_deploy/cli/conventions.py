@@ -75,7 +75,7 @@ def usage_error(exc: ClickUsageError, root: Any = None, args: Sequence[str] = ()
     if ctx is None and root is not None:
         ctx = _command_of(root, args)
     path = ctx.command_path if ctx is not None else PROG
-    where = path[len(PROG):].strip() if path.startswith(PROG) else path
+    where = path[len(PROG) :].strip() if path.startswith(PROG) else path
     message = exc.format_message().rstrip(".")
     if where:
         message = f"{where}: {message}"

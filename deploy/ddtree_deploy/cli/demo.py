@@ -29,8 +29,14 @@ def _deps_available() -> bool:
     return all(importlib.util.find_spec(m) is not None for m in ("torch", "transformers", "orjson", "pydantic"))
 
 
-def run_demo(main: Callable[[list[str]], int], env: Environment, *, keep: bool = False, build_dir: Path | None = None,
-             full_smoke: bool = True) -> int:
+def run_demo(
+    main: Callable[[list[str]], int],
+    env: Environment,
+    *,
+    keep: bool = False,
+    build_dir: Path | None = None,
+    full_smoke: bool = True,
+) -> int:
     """Run the demo, driving the CLI through ``main`` (the CLI's entry point, injected by the caller);
     the narration goes to ``env``'s stderr."""
     err = env.err
@@ -53,8 +59,9 @@ def run_demo(main: Callable[[list[str]], int], env: Environment, *, keep: bool =
             err.print(f"built the repo's series into {build_dir}")
         err.rule("[bold]1. a throwaway host on loopback")
         deps = _deps_available()
-        host = FakeHost.create(tmp / "host", random.randint(10, 200), "demo",
-                               extra_site=[sysconfig.get_paths()["purelib"]] if deps else None)
+        host = FakeHost.create(
+            tmp / "host", random.randint(10, 200), "demo", extra_site=[sysconfig.get_paths()["purelib"]] if deps else None
+        )
         shutil.copytree(snap / "sglang", host.site / "sglang", symlinks=True)
         unpack_wheel(snapshot.wheel_path(), host.site, [])
         host.start()
@@ -70,10 +77,21 @@ def run_demo(main: Callable[[list[str]], int], env: Environment, *, keep: bool =
         B = ["--build", str(build_dir)]
         steps = [
             ("2. unknown host key: refused (nothing trusted by default)", ["status", "demo", *INV], 6),
-            ("3. accept it explicitly (recorded in the host's known_hosts)", ["status", "demo", "--accept-new-host-key", *INV, *B], 0),
-            ("4. push --dry-run: a diff per file (first lines), nothing written",
-             ["push", "demo", "--dry-run", "--diff-lines", "8", *INV, *B], 0),
-            ("5. push: preflight, lock, backup, atomic upload, compile + smoke, audit", ["push", "demo", "--why", "demo", *INV, *B], 0),
+            (
+                "3. accept it explicitly (recorded in the host's known_hosts)",
+                ["status", "demo", "--accept-new-host-key", *INV, *B],
+                0,
+            ),
+            (
+                "4. push --dry-run: a diff per file (first lines), nothing written",
+                ["push", "demo", "--dry-run", "--diff-lines", "8", *INV, *B],
+                0,
+            ),
+            (
+                "5. push: preflight, lock, backup, atomic upload, compile + smoke, audit",
+                ["push", "demo", "--why", "demo", *INV, *B],
+                0,
+            ),
             ("6. status", ["status", "demo", *INV, *B], 0),
             ("7. smoke (re-run on what is deployed)", ["smoke", "demo", *INV, *B], 0),
             ("8. push again: nothing to send", ["push", "demo", *INV, *B], 0),

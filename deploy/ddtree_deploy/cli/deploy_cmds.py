@@ -21,16 +21,28 @@ if TYPE_CHECKING:
 
 HostsArg = typer.Argument(None, metavar="HOST", help="Host names from the inventory.", show_default=False)
 AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
-InvOpt = typer.Option(None, "--inventory", "-i", envvar="DDTREE_DEPLOY_INVENTORY",
-                      metavar="FILE", help="Inventory TOML (default: deploy/hosts.toml).")
+InvOpt = typer.Option(
+    None,
+    "--inventory",
+    "-i",
+    envvar="DDTREE_DEPLOY_INVENTORY",
+    metavar="FILE",
+    help="Inventory TOML (default: deploy/hosts.toml).",
+)
 JsonOpt = typer.Option(False, "--json", help="Machine-readable result on stdout.")
-BuildOpt = typer.Option(None, "--build", "-b", metavar="DIR", help="A build directory (manifest.json + files); default: build now.")
-AcceptOpt = typer.Option(False, "--accept-new-host-key",
-                         help="Record a host key seen for the first time in that host's known_hosts (a changed key is always refused).")
+BuildOpt = typer.Option(
+    None, "--build", "-b", metavar="DIR", help="A build directory (manifest.json + files); default: build now."
+)
+AcceptOpt = typer.Option(
+    False,
+    "--accept-new-host-key",
+    help="Record a host key seen for the first time in that host's known_hosts (a changed key is always refused).",
+)
 QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress lines or table (errors still go to stderr).")
 
-lock_app = typer.Typer(cls=Group, help="The deploy lock on a host: `status` shows the holder, `release` frees it.",
-                       no_args_is_help=True)
+lock_app = typer.Typer(
+    cls=Group, help="The deploy lock on a host: `status` shows the holder, `release` frees it.", no_args_is_help=True
+)
 
 
 def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
@@ -80,11 +92,14 @@ def push(
     build_dir: Optional[Path] = BuildOpt,
     dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Preflight only: show a diff per file, write nothing."),
     accept_new_host_key: bool = AcceptOpt,
-    restart: bool = typer.Option(False, "--restart", help="Then run the host's restart_command, wait for health_url, smoke again."),
+    restart: bool = typer.Option(
+        False, "--restart", help="Then run the host's restart_command, wait for health_url, smoke again."
+    ),
     no_rollback: bool = typer.Option(False, "--no-rollback", help="With --restart: keep the deploy if the health check fails."),
     why: Optional[str] = typer.Option(None, "--why", metavar="TEXT", help="Reason, recorded in the lock and the audit log."),
     diff_lines: Optional[int] = typer.Option(
-        None, "--diff-lines", min=0, metavar="N", help="With --dry-run: show at most N lines of each file's diff (default: all)."),
+        None, "--diff-lines", min=0, metavar="N", help="With --dry-run: show at most N lines of each file's diff (default: all)."
+    ),
     json_: bool = JsonOpt,
     quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
@@ -102,8 +117,9 @@ def push(
     if no_rollback and not restart:
         raise UsageError("--no-rollback only applies together with --restart")
     with _build_set(env, build_dir) as bs:
-        opts = PushOptions(dry_run=dry_run, accept_new_host_key=accept_new_host_key, restart=restart,
-                           no_rollback=no_rollback, why=why)
+        opts = PushOptions(
+            dry_run=dry_run, accept_new_host_key=accept_new_host_key, restart=restart, no_rollback=no_rollback, why=why
+        )
         title = f"{'dry run: ' if dry_run else ''}push {bs.series_id}"
         results = fleet_ui.run(env, hs, push_pipeline(bs, opts), title=title, quiet=quiet)
         if dry_run and not json_:
@@ -144,13 +160,18 @@ def rollback(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    to: Optional[str] = typer.Option(None, "--to", metavar="DEPLOY_ID", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."),
+    to: Optional[str] = typer.Option(
+        None, "--to", metavar="DEPLOY_ID", help="Undo every deploy after DEPLOY_ID (or 'pristine': undo all)."
+    ),
     why: Optional[str] = typer.Option(None, "--why", metavar="TEXT", help="Reason, recorded in the audit log."),
-    dry_run: bool = typer.Option(False, "--dry-run", "-n",
-                                 help="Check every backup and file and say what would be restored; write nothing."),
-    force: bool = typer.Option(False, "--force",
-                               help="Also restore files edited on the host after the deploy (a copy of each is kept "
-                                    "in the state dir first)."),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", "-n", help="Check every backup and file and say what would be restored; write nothing."
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="Also restore files edited on the host after the deploy (a copy of each is kept in the state dir first).",
+    ),
     accept_new_host_key: bool = AcceptOpt,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before rolling several hosts back to pristine."),
     json_: bool = JsonOpt,
@@ -168,8 +189,13 @@ def rollback(
     hs = _hosts(inventory, hosts, all_)
     if to == "pristine" and len(hs) > 1 and not dry_run and not yes:
         _confirm_pristine(env, [h.name for h in hs])
-    results = fleet_ui.run(env, hs, rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
-                        title="dry run: rollback" if dry_run else "rollback", quiet=quiet)
+    results = fleet_ui.run(
+        env,
+        hs,
+        rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
+        title="dry run: rollback" if dry_run else "rollback",
+        quiet=quiet,
+    )
     _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
 
 
@@ -177,8 +203,9 @@ def _confirm_pristine(env: Environment, names: List[str]) -> None:
     """Several hosts back to pristine undoes every deploy on each: ask on a terminal, else demand --yes."""
     what = f"roll {len(names)} hosts ({', '.join(names)}) back to pristine, undoing every deploy on each"
     if not env.stdin_isatty:
-        raise UsageError(f"refusing to {what} without confirmation (stdin is not a terminal)",
-                         hint="add --yes (or check first with --dry-run)")
+        raise UsageError(
+            f"refusing to {what} without confirmation (stdin is not a terminal)", hint="add --yes (or check first with --dry-run)"
+        )
     if not env.confirm(f"{what}?"):
         raise UsageError("rollback cancelled; nothing was changed", hint="add --yes to skip the question")
 
@@ -187,9 +214,12 @@ def status(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
     all_: bool = AllOpt,
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Compare against this build (default: the host's records only)."),
-    strict: bool = typer.Option(False, "--strict",
-                                help="Exit 14 when a host is drifted, interrupted or needs a human (for cron and CI)."),
+    build_dir: Optional[Path] = typer.Option(
+        None, "--build", "-b", metavar="DIR", help="Compare against this build (default: the host's records only)."
+    ),
+    strict: bool = typer.Option(
+        False, "--strict", help="Exit 14 when a host is drifted, interrupted or needs a human (for cron and CI)."
+    ),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
     inventory: Optional[Path] = InvOpt,
@@ -221,7 +251,9 @@ def status(
             lk = st.get("lock")
             env.err.print(f"lock: {'held by ' + str(lk.get('who')) + ' (' + str(lk.get('deploy_id')) + ')' if lk else 'free'}")
             ld = st.get("last_deploy")
-            env.err.print(f"last deploy: {ld['deploy_id'] + ' ' + ld['status'] + ' ' + str(ld.get('series_id')) if ld else 'none'}")
+            env.err.print(
+                f"last deploy: {ld['deploy_id'] + ' ' + ld['status'] + ' ' + str(ld.get('series_id')) if ld else 'none'}"
+            )
             if st.get("interrupted"):
                 env.err.print(f"[bold red]interrupted deploy {st['interrupted'][-1]}[/]: run `ddtree-deploy rollback {r.host}`")
             env.out_line(f"{r.host}\t{r.message}")
@@ -229,8 +261,14 @@ def status(
     if strict:
         for r in attention:
             env.err.print(f"{r.host}: needs attention: {r.message}", markup=False, highlight=False)
-    code = fleet_ui.finish(env, results, json_mode=json_, quiet=True, extra={"attention": [r.host for r in attention]},
-                  ok_code=AttentionError.exit_code if strict and attention else 0)
+    code = fleet_ui.finish(
+        env,
+        results,
+        json_mode=json_,
+        quiet=True,
+        extra={"attention": [r.host for r in attention]},
+        ok_code=AttentionError.exit_code if strict and attention else 0,
+    )
     _exit(code)
 
 
@@ -252,12 +290,24 @@ def history(
     if r.ok and not json_:
         for e in r.data["entries"]:
             target = e.get("undo") or ""
-            env.out_line("\t".join(str(x) for x in (e.get("time"), e.get("op"), e.get("deploy_id"), e.get("who"),
-                                                 e.get("series_id") or "", target, e.get("result"))))
+            env.out_line(
+                "\t".join(
+                    str(x)
+                    for x in (
+                        e.get("time"),
+                        e.get("op"),
+                        e.get("deploy_id"),
+                        e.get("who"),
+                        e.get("series_id") or "",
+                        target,
+                        e.get("result"),
+                    )
+                )
+            )
     _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("status", cls=Command, epilog='Example: ddtree-deploy lock status gpu1')
+@lock_app.command("status", cls=Command, epilog="Example: ddtree-deploy lock status gpu1")
 def lock_status(
     ctx: typer.Context,
     hosts: Optional[List[str]] = HostsArg,
@@ -277,7 +327,7 @@ def lock_status(
     _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=True))
 
 
-@lock_app.command("release", cls=Command, epilog='Example: ddtree-deploy lock release gpu1 --dry-run')
+@lock_app.command("release", cls=Command, epilog="Example: ddtree-deploy lock release gpu1 --dry-run")
 def lock_release(
     ctx: typer.Context,
     hosts: List[str] = typer.Argument(..., metavar="HOST", help="Host names."),
@@ -289,8 +339,9 @@ def lock_release(
     env = env_of(ctx)
     from ddtree_deploy.remote.push import lock_pipeline
 
-    results = fleet_ui.run(env, _hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run),
-                        title="lock release", quiet=True)
+    results = fleet_ui.run(
+        env, _hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run), title="lock release", quiet=True
+    )
     if not json_:
         for r in results:
             if r.ok:
@@ -301,9 +352,14 @@ def lock_release(
 def demo(
     ctx: typer.Context,
     keep: bool = typer.Option(False, "--keep", help="Keep the demo's temp directory (and print where)."),
-    build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Push this build (default: build the series)."),
-    full_smoke: bool = typer.Option(True, "--full-smoke/--light-smoke",
-                                    help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile."),
+    build_dir: Optional[Path] = typer.Option(
+        None, "--build", "-b", metavar="DIR", help="Push this build (default: build the series)."
+    ),
+    full_smoke: bool = typer.Option(
+        True,
+        "--full-smoke/--light-smoke",
+        help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile.",
+    ),
 ) -> None:
     """Start a throwaway loopback sshd host with the pinned SGLang, then push -> status -> smoke -> rollback."""
     env = env_of(ctx)
@@ -320,10 +376,14 @@ _run_cli: Callable[[list[str], Environment], int] = lambda argv, env: 2  # noqa:
 def register(app: typer.Typer, run_cli: Callable[[list[str], Environment], int]) -> None:
     global _run_cli
     _run_cli = run_cli
-    app.command("push", cls=Command, epilog='Example: ddtree-deploy push gpu1 --dry-run')(push)
-    app.command("smoke", cls=Command, epilog='Example: ddtree-deploy smoke gpu1')(smoke)
-    app.command("rollback", cls=Command, epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)')(rollback)
-    app.command("status", cls=Command, epilog='Example: ddtree-deploy status --all --strict')(status)
-    app.command("history", cls=Command, epilog='Example: ddtree-deploy history gpu1')(history)
+    app.command("push", cls=Command, epilog="Example: ddtree-deploy push gpu1 --dry-run")(push)
+    app.command("smoke", cls=Command, epilog="Example: ddtree-deploy smoke gpu1")(smoke)
+    app.command(
+        "rollback",
+        cls=Command,
+        epilog='Example: ddtree-deploy rollback gpu1 --why "bad tau"   (several hosts to pristine: --all --to pristine --yes)',
+    )(rollback)
+    app.command("status", cls=Command, epilog="Example: ddtree-deploy status --all --strict")(status)
+    app.command("history", cls=Command, epilog="Example: ddtree-deploy history gpu1")(history)
     app.add_typer(lock_app, name="lock")
-    app.command("demo", cls=Command, epilog='Example: ddtree-deploy demo --light-smoke')(demo)
+    app.command("demo", cls=Command, epilog="Example: ddtree-deploy demo --light-smoke")(demo)

@@ -16,8 +16,7 @@ from ddtree_deploy.remote.inventory import HostConfig
 
 # A failed host drawn yellow (it was refused, or restored, or is only unreachable: nothing is half done)
 # rather than red.
-_YELLOW = {ExitCode.HOST_REFUSED, ExitCode.LOCK_HELD, ExitCode.ROLLED_BACK, ExitCode.SMOKE_FAILED,
-           ExitCode.UNREACHABLE}
+_YELLOW = {ExitCode.HOST_REFUSED, ExitCode.LOCK_HELD, ExitCode.ROLLED_BACK, ExitCode.SMOKE_FAILED, ExitCode.UNREACHABLE}
 
 
 class FleetUI:
@@ -30,9 +29,14 @@ class FleetUI:
         self.progress: Progress | None = None
         self.tasks: dict[str, TaskID] = {}
         if env.stderr_isatty and not quiet:
-            self.progress = Progress(TextColumn("[bold]{task.fields[host]:<12}"), BarColumn(bar_width=20),
-                                     TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                                     transient=False)
+            self.progress = Progress(
+                TextColumn("[bold]{task.fields[host]:<12}"),
+                BarColumn(bar_width=20),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=err,
+                transient=False,
+            )
             for h in hosts:
                 self.tasks[h] = self.progress.add_task("waiting", total=100, host=h)
 
@@ -83,14 +87,22 @@ def print_table(env: Environment, title: str, results: list[HostResult], quiet: 
         style = "green" if r.ok else ("yellow" if r.exit_code in _YELLOW else "red")
         msg = r.message.split("\n")[0]
         if r.message.startswith(r.host + ": "):
-            msg = msg[len(r.host) + 2:]
-        t.add_row(r.host, f"[{style}]{r.status}[/]", str(r.files_sent), str(r.bytes_sent), f"{r.seconds:.2f}s",
-                  r.deploy_id or "", msg)
+            msg = msg[len(r.host) + 2 :]
+        t.add_row(
+            r.host, f"[{style}]{r.status}[/]", str(r.files_sent), str(r.bytes_sent), f"{r.seconds:.2f}s", r.deploy_id or "", msg
+        )
     env.err.print(t)
 
 
-def finish(env: Environment, fleet: FleetResult, *, json_mode: bool, quiet: bool = False,
-           extra: dict[str, Any] | None = None, ok_code: int = ExitCode.OK) -> int:
+def finish(
+    env: Environment,
+    fleet: FleetResult,
+    *,
+    json_mode: bool,
+    quiet: bool = False,
+    extra: dict[str, Any] | None = None,
+    ok_code: int = ExitCode.OK,
+) -> int:
     """Print the table (stderr) and the JSON (stdout); return the exit code (``ok_code`` when no
     host failed: ``status --strict`` uses it for hosts that answered but need attention)."""
     results = fleet.results

@@ -49,15 +49,19 @@ def _pin(pin_path: Optional[Path]):
 def _existing_file(path: Optional[Path], flag: str) -> Optional[Path]:
     """Bad input is refused where it enters (exit 2), before it can look like another error."""
     if path is not None and not Path(path).is_file():
-        raise UsageError(f"{flag} {path}: " + ("is a directory, not a file" if Path(path).is_dir() else "no such file"),
-                         hint=f"pass an existing file to {flag}")
+        raise UsageError(
+            f"{flag} {path}: " + ("is a directory, not a file" if Path(path).is_dir() else "no such file"),
+            hint=f"pass an existing file to {flag}",
+        )
     return path
 
 
 def _existing_dir(path: Optional[Path], flag: str) -> Optional[Path]:
     if path is not None and not Path(path).is_dir():
-        raise UsageError(f"{flag} {path}: " + ("is a file, not a directory" if Path(path).exists() else "no such directory"),
-                         hint=f"pass an existing directory to {flag}")
+        raise UsageError(
+            f"{flag} {path}: " + ("is a file, not a directory" if Path(path).exists() else "no such directory"),
+            hint=f"pass an existing directory to {flag}",
+        )
     return path
 
 
@@ -68,8 +72,10 @@ def _series_dir(path: Optional[Path]) -> Optional[Path]:
     _existing_dir(path, "--series")
     d = Path(path).resolve()
     if not (d / "series").is_file():
-        raise UsageError(f"--series {path}: {d} is not a series directory (it has no 'series' file)",
-                         hint="pass the directory that holds the series file, e.g. --series patches/sglang-0.5.23")
+        raise UsageError(
+            f"--series {path}: {d} is not a series directory (it has no 'series' file)",
+            hint="pass the directory that holds the series file, e.g. --series patches/sglang-0.5.23",
+        )
     return d
 
 
@@ -77,12 +83,15 @@ def _pin_arg(pin: Optional[Path]):
     return load_pin(_existing_file(pin, "--pin")) if pin else True
 
 
-@snapshot_app.command("fetch", cls=Command, epilog='Example: ddtree-deploy snapshot fetch')
+@snapshot_app.command("fetch", cls=Command, epilog="Example: ddtree-deploy snapshot fetch")
 def snapshot_fetch(
     ctx: typer.Context,
-    wheel: Optional[Path] = typer.Option(None, "--wheel", metavar="FILE", help="Use this local wheel file instead of downloading."),
+    wheel: Optional[Path] = typer.Option(
+        None, "--wheel", metavar="FILE", help="Use this local wheel file instead of downloading."
+    ),
     python_version: Optional[str] = typer.Option(
-        None, "--python-version", metavar="X.Y", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."),
+        None, "--python-version", metavar="X.Y", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."
+    ),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> None:
@@ -94,13 +103,12 @@ def snapshot_fetch(
     verified = snap.verify_tree(p, s.root)
     env.err.print(f"[green]ok[/] {s.wheel.filename} sha256 verified; {len(verified)} pinned file(s) verified")
     if json_:
-        env.out_json({"ok": True, "wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root),
-                  "verified": verified})
+        env.out_json({"ok": True, "wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root), "verified": verified})
     else:
         env.out_line(str(s.root))
 
 
-@snapshot_app.command("verify", cls=Command, epilog='Example: ddtree-deploy snapshot verify --json')
+@snapshot_app.command("verify", cls=Command, epilog="Example: ddtree-deploy snapshot verify --json")
 def snapshot_verify(ctx: typer.Context, pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
     """Re-hash the cached snapshot's pinned files against the pin."""
     env = env_of(ctx)
@@ -119,7 +127,7 @@ def snapshot_path(ctx: typer.Context, pin: Optional[Path] = PinOpt) -> None:
     env.out_line(str(snap.find_snapshot(_pin(pin)).root))
 
 
-@snapshot_app.command("pin", cls=Command, epilog='Example: ddtree-deploy snapshot pin --dry-run')
+@snapshot_app.command("pin", cls=Command, epilog="Example: ddtree-deploy snapshot pin --dry-run")
 def snapshot_pin(
     ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
@@ -150,7 +158,11 @@ def check_cmd(
     ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
     against: Optional[Path] = typer.Option(
-        None, "--against", metavar="DIR", help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot."),
+        None,
+        "--against",
+        metavar="DIR",
+        help="A pristine tree (a dir containing sglang/, e.g. a site-packages) instead of the snapshot.",
+    ),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> int:
@@ -170,8 +182,9 @@ def check_cmd(
     for name in rep.unlisted:
         env.err.print(f"  [yellow]warning[/] {name} is in the series dir but not in the series file")
     if rep.ok:
-        env.err.print(f"[green]ok[/] {rep.series_id}: {len(rep.patches)} patch(es) apply exactly; "
-                  f"{len(rep.compiled)} .py file(s) compile")
+        env.err.print(
+            f"[green]ok[/] {rep.series_id}: {len(rep.patches)} patch(es) apply exactly; {len(rep.compiled)} .py file(s) compile"
+        )
         return 0
     e = rep.error or {}
     env.print_error(e.get("message", "check failed"), e.get("hint"))
@@ -182,7 +195,9 @@ def build_cmd(
     ctx: typer.Context,
     out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", metavar="DIR", help="Output directory (replaced whole)."),
     series: Optional[Path] = SeriesOpt,
-    against: Optional[Path] = typer.Option(None, "--against", metavar="DIR", help="Build on this pristine tree instead of the snapshot."),
+    against: Optional[Path] = typer.Option(
+        None, "--against", metavar="DIR", help="Build on this pristine tree instead of the snapshot."
+    ),
     pin: Optional[Path] = PinOpt,
     json_: bool = JsonOpt,
 ) -> None:
@@ -196,7 +211,7 @@ def build_cmd(
     env.err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
 
 
-@patches_app.command("edit", cls=Command, epilog='Example: ddtree-deploy patches edit --work .work/series')
+@patches_app.command("edit", cls=Command, epilog="Example: ddtree-deploy patches edit --work .work/series")
 def patches_edit(
     ctx: typer.Context,
     work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree to create (default: .work/sglang in the repo)."),
@@ -211,11 +226,12 @@ def patches_edit(
     res = authoring.edit(work, inputs.series, base, f"{inputs.pin.name} {inputs.pin.version}", force=force)
     env.out_line(str(res.work_dir))
     env.err.print(f"[green]ok[/] {res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)")
-    env.err.print("edit with git (one commit per patch; the subject is the patch file name), then "
-              "`ddtree-deploy patches refresh`")
+    env.err.print(
+        "edit with git (one commit per patch; the subject is the patch file name), then `ddtree-deploy patches refresh`"
+    )
 
 
-@patches_app.command("refresh", cls=Command, epilog='Example: ddtree-deploy patches refresh --work .work/series')
+@patches_app.command("refresh", cls=Command, epilog="Example: ddtree-deploy patches refresh --work .work/series")
 def patches_refresh(
     ctx: typer.Context,
     work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree made by `patches edit` (default: .work/sglang)."),
@@ -249,19 +265,33 @@ def patches_refresh(
         apply_checked(resolve_inputs(ser.directory, None, p if repo_series else False))
         env.err.print("[green]ok[/] the refreshed series applies and compiles")
     if json_:
-        env.out_json({"written": res.written, "unchanged": res.unchanged, "removed": res.removed,
-                  "series_rewritten": res.series_rewritten, "dry_run": dry_run})
+        env.out_json(
+            {
+                "written": res.written,
+                "unchanged": res.unchanged,
+                "removed": res.removed,
+                "series_rewritten": res.series_rewritten,
+                "dry_run": dry_run,
+            }
+        )
 
 
-@patches_app.command("list", cls=Command, epilog='Example: ddtree-deploy patches list | cut -f3 | sort -u')
+@patches_app.command("list", cls=Command, epilog="Example: ddtree-deploy patches list | cut -f3 | sort -u")
 def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: bool = JsonOpt) -> None:
     """List the series: each patch, its sha256 and the files it touches."""
     env = env_of(ctx)
     ser = load_series(_series_dir(series) or default_series_dir())
     if json_:
-        env.out_json({"series": ser.name, "series_id": ser.series_id, "patches": [
-            {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
-            for p in ser.patches]})
+        env.out_json(
+            {
+                "series": ser.name,
+                "series_id": ser.series_id,
+                "patches": [
+                    {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
+                    for p in ser.patches
+                ],
+            }
+        )
         return
     env.err.print(f"{ser.series_id}: {len(ser.patches)} patch(es); one line per patch and file: PATCH ACTION PATH")
     for p in ser.patches:  # data on stdout, tab-separated (grep/cut friendly)
@@ -271,6 +301,6 @@ def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(snapshot_app, name="snapshot")
-    app.command("check", cls=Command, epilog='Example: ddtree-deploy check --json')(check_cmd)
-    app.command("build", cls=Command, epilog='Example: ddtree-deploy build --out build/sglang-0.5.23')(build_cmd)
+    app.command("check", cls=Command, epilog="Example: ddtree-deploy check --json")(check_cmd)
+    app.command("build", cls=Command, epilog="Example: ddtree-deploy build --out build/sglang-0.5.23")(build_cmd)
     app.add_typer(patches_app, name="patches")

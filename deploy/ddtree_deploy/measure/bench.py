@@ -139,7 +139,7 @@ def resolve_target(host: str, inventory: str | None = None) -> BenchTarget:
     if not t.base_url and not t.urls:
         raise UsageError(
             f"host {host!r} has no [hosts.{host}.bench] base_url",
-            hint=f"add base_url = \"http://127.0.0.1:30000\" under [hosts.{host}.bench], or pass --base-url",
+            hint=f'add base_url = "http://127.0.0.1:30000" under [hosts.{host}.bench], or pass --base-url',
         )
     return t
 
@@ -180,8 +180,10 @@ def run_command(target: BenchTarget, spec: RunSpec, url: str) -> str | None:
             return None
         if spec.kind != "ddtree" and not re.search(r"\{(method|kind|algorithm)\}", tpl):
             raise UsageError(
-                f"the server command template has no {{method}}/{{kind}}/{{algorithm}} placeholder, so it cannot start a {spec.kind} server",
-                hint=f"add server_command_{spec.kind} (inventory) / --server-command-{spec.kind}, or drop it from --reference-runs",
+                f"the server command template has no {{method}}/{{kind}}/{{algorithm}} placeholder, "
+                f"so it cannot start a {spec.kind} server",
+                hint=f"add server_command_{spec.kind} (inventory) / --server-command-{spec.kind}, "
+                "or drop it from --reference-runs",
             )
     port = urllib.parse.urlparse(url).port or DEFAULT_PORT
     return _fill(tpl, spec, port=port)
@@ -297,9 +299,20 @@ class ManagedServer:
 def server_info(url: str) -> dict[str, Any]:
     """A few fields of SGLang's ``GET /server_info`` (best effort; {} if unavailable)."""
     keys = (
-        "model_path", "speculative_algorithm", "speculative_draft_model_path", "speculative_num_draft_tokens",
-        "speculative_num_steps", "speculative_eagle_topk", "speculative_ddtree_budget", "speculative_ddtree_topk_cap",
-        "speculative_ddtree_debug_metrics", "page_size", "tp_size", "disable_cuda_graph", "attention_backend", "version",
+        "model_path",
+        "speculative_algorithm",
+        "speculative_draft_model_path",
+        "speculative_num_draft_tokens",
+        "speculative_num_steps",
+        "speculative_eagle_topk",
+        "speculative_ddtree_budget",
+        "speculative_ddtree_topk_cap",
+        "speculative_ddtree_debug_metrics",
+        "page_size",
+        "tp_size",
+        "disable_cuda_graph",
+        "attention_backend",
+        "version",
     )
     try:
         code, body = http_get(url + "/server_info", timeout=10)
@@ -342,7 +355,9 @@ def ddtree_debug(mi: dict[str, Any]) -> dict[str, list[float] | None]:
 def record_from_response(resp: dict[str, Any], *, dataset: str, spec: RunSpec, prompt_index: int, latency_s: float) -> RunRecord:
     ids = resp.get("output_ids")
     if not isinstance(ids, list):
-        raise BenchServerError(f"/generate answer for {dataset} prompt {prompt_index} has no output_ids list (keys: {sorted(resp)})")
+        raise BenchServerError(
+            f"/generate answer for {dataset} prompt {prompt_index} has no output_ids list (keys: {sorted(resp)})"
+        )
     mi = dict(resp.get("meta_info") or {})
     n_out = int(mi.get("completion_tokens", len(ids)))
     al = ddtree_debug(mi)["acceptance_lengths"]
@@ -396,7 +411,11 @@ def run_instance(url: str, inst: Instance, spec: RunSpec, cfg: BenchConfig, rend
 
 
 def run_dataset(
-    url: str, instances: list[Instance], spec: RunSpec, cfg: BenchConfig, renderer: ChatRenderer | None,
+    url: str,
+    instances: list[Instance],
+    spec: RunSpec,
+    cfg: BenchConfig,
+    renderer: ChatRenderer | None,
     on_done: Callable[[], None] | None = None,
 ) -> tuple[list[RunRecord], float]:
     """All instances of one dataset through one server, ``cfg.concurrency`` at a time."""
@@ -487,9 +506,16 @@ def render_summary(rows: list[dict[str, Any]], console: Console, title: str) -> 
         em = r["exact_match_vs_baseline"]
         em_s = "-" if em is None else (f"[green]{em:.0%}[/]" if em == 1.0 else f"[red]{em:.0%}[/]")
         t.add_row(
-            r["dataset"], r["method"], f(r["budget"], "{}"), str(r["n"]), f(r["tau"], "{:.2f}"), f(r["predicted_tau"], "{:.2f}"),
-            f(r["tokens_per_s"], "{:.1f}"), f(None if r["tpot_mean_s"] is None else r["tpot_mean_s"] * 1e3, "{:.2f}"),
-            f(r["speedup_vs_baseline"], "{:.2f}x"), em_s,
+            r["dataset"],
+            r["method"],
+            f(r["budget"], "{}"),
+            str(r["n"]),
+            f(r["tau"], "{:.2f}"),
+            f(r["predicted_tau"], "{:.2f}"),
+            f(r["tokens_per_s"], "{:.1f}"),
+            f(None if r["tpot_mean_s"] is None else r["tpot_mean_s"] * 1e3, "{:.2f}"),
+            f(r["speedup_vs_baseline"], "{:.2f}x"),
+            em_s,
         )
     console.print(t)
 
@@ -533,7 +559,8 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
         if renderer is None and any(i.input_ids is None for i in insts):
             multi = sum(1 for i in insts if i.n_turns > 1)
             console.print(
-                f"[yellow]warning:[/] {name}: text prompts are sent without a chat template (pass --tokenizer PATH to render them "
+                f"[yellow]warning:[/] {name}: text prompts are sent without a chat template"
+                " (pass --tokenizer PATH to render them "
                 f"like the reference)" + (f"; {multi} multi-turn rows use their first turn only" if multi else ""),
             )
     runs = plan_runs(cfg)
@@ -560,8 +587,13 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
     total = sum(len(v) for v in prompts.values()) * len(plan)
     started = time.time()
     with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, disable=not progress, transient=False,
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=not progress,
+        transient=False,
     ) as prog:
         overall = prog.add_task("sweep", total=total)
         for spec, url, cmd in plan:
@@ -575,7 +607,8 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
                     wait_healthy(url, min(cfg.health_timeout_s, 60.0))
                 info = server_info(url)
                 if "speculative_algorithm" in info and (info["speculative_algorithm"] or "") != ALGORITHM[spec.kind]:
-                    what = f"{url} runs --speculative-algorithm {info['speculative_algorithm'] or '(none)'}, not what {spec.method} needs"
+                    what = f"{url} runs --speculative-algorithm {info['speculative_algorithm'] or '(none)'}, "
+                    f"not what {spec.method} needs"
                     if spec.kind != "ddtree":
                         console.print(f"[yellow]warning:[/] skipping the {spec.method} reference run: {what}")
                         prog.advance(overall, sum(len(v) for v in prompts.values()))
@@ -587,8 +620,12 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
                         f"{url} runs --speculative-ddtree-budget {sb}, but this run is {spec.method}",
                         hint="use --server-command with {budget}, or map each budget to its own server with --base-url",
                     )
-                servers[spec.method] = {"url": url, "command": cmd, "server_info": info,
-                                        "health_wait_s": None if ctx is None else ctx.health_wait_s}
+                servers[spec.method] = {
+                    "url": url,
+                    "command": cmd,
+                    "server_info": info,
+                    "health_wait_s": None if ctx is None else ctx.health_wait_s,
+                }
                 for ds, insts in prompts.items():
                     prog.update(task, description=f"{spec.method} / {ds}", total=len(insts), completed=0)
 
@@ -613,8 +650,14 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
         "duration_s": time.time() - started,
         "config": {
-            "budgets": cfg.budgets, "datasets": list(prompts), "concurrency": cfg.concurrency, "num_prompts": cfg.num_prompts,
-            "max_new_tokens": cfg.max_new_tokens, "temperature": cfg.temperature, "seed": cfg.seed, "reference_runs": cfg.reference_runs,
+            "budgets": cfg.budgets,
+            "datasets": list(prompts),
+            "concurrency": cfg.concurrency,
+            "num_prompts": cfg.num_prompts,
+            "max_new_tokens": cfg.max_new_tokens,
+            "temperature": cfg.temperature,
+            "seed": cfg.seed,
+            "reference_runs": cfg.reference_runs,
             "tokenizer": cfg.tokenizer,
         },
         "servers": servers,
@@ -624,4 +667,3 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
     (cfg.out_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str) + "\n")
     render_summary(rows, console, title)
     return summary
-

@@ -125,7 +125,12 @@ class Thresholds:
 
 def _context(ids: Sequence[int], pos: int, n: int = CONTEXT_TOKENS) -> dict[str, Any]:
     lo = max(0, pos - n)
-    return {"start": lo, "before": list(ids[lo:pos]), "at": ids[pos] if pos < len(ids) else None, "after": list(ids[pos + 1 : pos + 1 + n])}
+    return {
+        "start": lo,
+        "before": list(ids[lo:pos]),
+        "at": ids[pos] if pos < len(ids) else None,
+        "after": list(ids[pos + 1 : pos + 1 + n]),
+    }
 
 
 def compare_records(
@@ -310,14 +315,40 @@ def render(report: dict[str, Any], console: Console) -> None:
 
     console = wide(console)
     t = Table(title="compare: run vs baseline", show_lines=False)
-    for col in ("dataset", "method", "vs", "n", "exact", "prefix", "diverged", "match rate", "1st div", "tau run", "tau ref", "hist TV", "TPOT ratio", "verdict"):
+    for col in (
+        "dataset",
+        "method",
+        "vs",
+        "n",
+        "exact",
+        "prefix",
+        "diverged",
+        "match rate",
+        "1st div",
+        "tau run",
+        "tau ref",
+        "hist TV",
+        "TPOT ratio",
+        "verdict",
+    ):
         t.add_column(col, justify="right" if col not in ("dataset", "method", "vs", "verdict") else "left")
     for g in report["groups"]:
         verdict = "[green]ok[/]" if not g["failures"] else "[red]FAIL[/]"
         t.add_row(
-            g["dataset"], g["method"], g["ref_method"], str(g["n_common"]), str(g["exact_match"]), str(g["prefix_match"]),
-            str(g["diverged"]), _f(g["exact_match_rate"]), "-" if g["first_divergence_min"] is None else str(g["first_divergence_min"]),
-            _f(g["tau_run"], "{:.2f}"), _f(g["tau_ref"], "{:.2f}"), _f(g["tau_hist_tv"]), _f(g["tpot_ratio"]), verdict,
+            g["dataset"],
+            g["method"],
+            g["ref_method"],
+            str(g["n_common"]),
+            str(g["exact_match"]),
+            str(g["prefix_match"]),
+            str(g["diverged"]),
+            _f(g["exact_match_rate"]),
+            "-" if g["first_divergence_min"] is None else str(g["first_divergence_min"]),
+            _f(g["tau_run"], "{:.2f}"),
+            _f(g["tau_ref"], "{:.2f}"),
+            _f(g["tau_hist_tv"]),
+            _f(g["tpot_ratio"]),
+            verdict,
         )
     console.print(t)
     for g in report["groups"]:
@@ -325,13 +356,16 @@ def render(report: dict[str, Any], console: Console) -> None:
             console.print(
                 f"[yellow]{g['dataset']}/{g['method']}[/] prompt {d['prompt_index']}: {d['status']} at token {d['position']} "
                 f"(run len {d['run_len']}, ref len {d['ref_len']})",
-                markup=True, highlight=False,
+                markup=True,
+                highlight=False,
             )
             console.print(f"    ref: ...{d['ref']['before']} [{d['ref']['at']}] {d['ref']['after']}...", markup=False)
             console.print(f"    run: ...{d['run']['before']} [{d['run']['at']}] {d['run']['after']}...", markup=False)
             if "decoded" in d:
                 dec = d["decoded"]
-                console.print(f"    text: {dec['common_prefix']!r} | ref {dec['ref_next']!r} | run {dec['run_next']!r}", markup=False)
+                console.print(
+                    f"    text: {dec['common_prefix']!r} | ref {dec['ref_next']!r} | run {dec['run_next']!r}", markup=False
+                )
     if report["unmatched"]:
         console.print("no baseline for: " + ", ".join(report["unmatched"]), markup=False)
     if report["ok"]:

@@ -31,18 +31,33 @@ REFERENCE_DATASETS: dict[str, tuple[str, str | None, str, Callable[[dict[str, An
     "aime24": ("HuggingFaceH4/aime_2024", None, "train", lambda x: [("{problem}" + _REASON).format(**x)]),
     "aime25": ("MathArena/aime_2025", None, "train", lambda x: [("{problem}" + _REASON).format(**x)]),
     "alpaca": (
-        "tatsu-lab/alpaca", None, "train",
+        "tatsu-lab/alpaca",
+        None,
+        "train",
         lambda x: [f"{x['instruction']}\n\nInput:\n{x['input']}" if x["input"] else x["instruction"]],
     ),
     "mt-bench": ("HuggingFaceH4/mt_bench_prompts", None, "train", lambda x: list(x["prompt"])),
     "humaneval": (
-        "openai/openai_humaneval", None, "test",
-        lambda x: ["Write a solution to the following problem and make sure that it passes the tests:\n```python\n{prompt}\n```".format(**x)],
+        "openai/openai_humaneval",
+        None,
+        "test",
+        lambda x: [
+            "Write a solution to the following problem and make sure that it passes the tests:\n```python\n{prompt}\n```".format(
+                **x
+            )
+        ],
     ),
     "mbpp": ("google-research-datasets/mbpp", "sanitized", "test", lambda x: [x["prompt"]]),
 }
 
-_ALIASES = {"math-500": "math500", "math_500": "math500", "mtbench": "mt-bench", "mt_bench": "mt-bench", "human-eval": "humaneval", "human_eval": "humaneval"}
+_ALIASES = {
+    "math-500": "math500",
+    "math_500": "math500",
+    "mtbench": "mt-bench",
+    "mt_bench": "mt-bench",
+    "human-eval": "humaneval",
+    "human_eval": "humaneval",
+}
 
 
 @dataclass
@@ -118,7 +133,7 @@ def load_hf_prompts(name: str, limit: int | None) -> list[Instance]:
     except ImportError:
         raise UsageError(
             f"dataset {name!r} needs the `datasets` package and a local HF cache of it on this machine",
-            hint=f"pass a local JSONL file instead: --dataset path/to/{name}.jsonl (one {{\"turns\": [...]}} per line)",
+            hint=f'pass a local JSONL file instead: --dataset path/to/{name}.jsonl (one {{"turns": [...]}} per line)',
         ) from None
     hf_id, config, split, fmt = REFERENCE_DATASETS[name]
     try:

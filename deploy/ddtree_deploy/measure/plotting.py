@@ -29,7 +29,9 @@ def plot_sweep(rows: Sequence[dict[str, Any]], path: Path, *, title: str = "DDTr
     for ax, (key, label) in zip(axes, metrics):
         for i, ds in enumerate(datasets):
             c = colors[i % len(colors)]
-            pts = sorted((r["budget"], r[key]) for r in rows if r["dataset"] == ds and r["budget"] is not None and r.get(key) is not None)
+            pts = sorted(
+                (r["budget"], r[key]) for r in rows if r["dataset"] == ds and r["budget"] is not None and r.get(key) is not None
+            )
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", color=c, label=f"{ds} DDTree")
             for method, style, name in (("baseline", "--", "autoregressive"), ("dflash", ":", "DFlash (linear)")):

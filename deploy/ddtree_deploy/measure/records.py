@@ -163,7 +163,9 @@ def _pt_safe_globals() -> list[Any]:
 
         core = getattr(np, "_core", None) or np.core
         allowed += [core.multiarray.scalar, np.dtype]
-        allowed += [getattr(np.dtypes, n) for n in ("Float64DType", "Float32DType", "Int64DType", "Int32DType") if hasattr(np.dtypes, n)]
+        allowed += [
+            getattr(np.dtypes, n) for n in ("Float64DType", "Float32DType", "Int64DType", "Int32DType") if hasattr(np.dtypes, n)
+        ]
     except Exception:  # pragma: no cover - numpy absent
         pass
     return allowed

@@ -31,15 +31,33 @@ from ddtree_deploy.pin.pin import ABSENT, Pin
 STATE_FILE = "ddtree-edit.json"  # inside the work tree's .git dir
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*\.(patch|diff)$")
 _GIT_ENV = {
-    "GIT_AUTHOR_NAME": "ddtree-deploy", "GIT_AUTHOR_EMAIL": "ddtree-deploy@localhost",
-    "GIT_COMMITTER_NAME": "ddtree-deploy", "GIT_COMMITTER_EMAIL": "ddtree-deploy@localhost",
+    "GIT_AUTHOR_NAME": "ddtree-deploy",
+    "GIT_AUTHOR_EMAIL": "ddtree-deploy@localhost",
+    "GIT_COMMITTER_NAME": "ddtree-deploy",
+    "GIT_COMMITTER_EMAIL": "ddtree-deploy@localhost",
     "GIT_CONFIG_NOSYSTEM": "1",
 }
 DIFF_ARGS = [
-    "-c", "core.autocrlf=false", "-c", "core.quotepath=off", "-c", "diff.noprefix=false",
-    "-c", "diff.mnemonicPrefix=false", "-c", "diff.relative=false",
-    "diff", "--no-color", "--no-ext-diff", "--no-textconv", "--no-renames", "--full-index",
-    "--src-prefix=a/", "--dst-prefix=b/", "--unified=3", "--diff-algorithm=myers",
+    "-c",
+    "core.autocrlf=false",
+    "-c",
+    "core.quotepath=off",
+    "-c",
+    "diff.noprefix=false",
+    "-c",
+    "diff.mnemonicPrefix=false",
+    "-c",
+    "diff.relative=false",
+    "diff",
+    "--no-color",
+    "--no-ext-diff",
+    "--no-textconv",
+    "--no-renames",
+    "--full-index",
+    "--src-prefix=a/",
+    "--dst-prefix=b/",
+    "--unified=3",
+    "--diff-algorithm=myers",
 ]
 
 
@@ -115,8 +133,9 @@ def edit(work_dir: Path, series: Series, base_dir: Path, version_label: str, *, 
 def work_state(work_dir: Path) -> dict[str, str]:
     path = Path(work_dir) / ".git" / STATE_FILE
     if not path.is_file():
-        raise UsageError(f"{work_dir} is not a work tree made by `ddtree-deploy patches edit`",
-                         hint="ddtree-deploy patches edit --work DIR")
+        raise UsageError(
+            f"{work_dir} is not a work tree made by `ddtree-deploy patches edit`", hint="ddtree-deploy patches edit --work DIR"
+        )
     state: dict[str, str] = json.loads(path.read_text())  # written by edit() above: series_dir, base_commit
     return state
 
@@ -144,7 +163,7 @@ def render_patches(work_dir: Path) -> list[tuple[str, bytes]]:
         raise UsageError(
             f"{work_dir} has uncommitted changes:\n{status.rstrip()}",
             hint=f"commit them into the patch they belong to: git -C {work_dir} commit -a --fixup=<commit> "
-                 f"(then git rebase -i --autosquash), or as a new patch whose subject is its file name",
+            f"(then git rebase -i --autosquash), or as a new patch whose subject is its file name",
         )
     base = state["base_commit"]
     shas = _git(work_dir, "rev-list", "--reverse", "--first-parent", f"{base}..HEAD").decode().split()

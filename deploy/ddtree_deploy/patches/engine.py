@@ -67,7 +67,7 @@ def tree_reader(root: Path) -> BaseReader:
     root = Path(root).resolve()
 
     def read(rel: str) -> bytes | None:
-        path = (root / rel)
+        path = root / rel
         try:
             resolved = path.resolve()
         except OSError:
@@ -91,8 +91,9 @@ def tree_mode(root: Path) -> Callable[[str], int | None]:
     return mode
 
 
-def _fail(patch: str, fp: FilePatch, hunk: Hunk | None, line: int, expected: bytes | None, actual: bytes | None,
-          reason: str) -> PatchApplyError:
+def _fail(
+    patch: str, fp: FilePatch, hunk: Hunk | None, line: int, expected: bytes | None, actual: bytes | None, reason: str
+) -> PatchApplyError:
     return PatchApplyError(
         patch=patch,
         file=fp.path,
@@ -108,28 +109,35 @@ def _fail(patch: str, fp: FilePatch, hunk: Hunk | None, line: int, expected: byt
 def apply_file_patch(patch: str, fp: FilePatch, base: bytes | None) -> bytes | None:
     """Apply one file's hunks to ``base`` exactly. Returns the new content (None when deleted)."""
     if fp.action == "create" and base is not None:
-        raise _fail(patch, fp, fp.hunks[0] if fp.hunks else None, 0, None, None,
-                            "the patch creates this file but it already exists")
+        raise _fail(
+            patch, fp, fp.hunks[0] if fp.hunks else None, 0, None, None, "the patch creates this file but it already exists"
+        )
     if fp.action != "create" and base is None:
-        raise _fail(patch, fp, fp.hunks[0] if fp.hunks else None, 0, None, None,
-                            "the file does not exist in the base")
+        raise _fail(patch, fp, fp.hunks[0] if fp.hunks else None, 0, None, None, "the file does not exist in the base")
     lines = split_lines(base or b"")
     out: list[bytes] = []
     pos = 0
     for h in fp.hunks:
         start = h.old_start - 1 if h.old_len > 0 else h.old_start
         if start < pos:
-            raise _fail(patch, fp, h, h.old_start, None, None,
-                                "hunks overlap or are out of order")
+            raise _fail(patch, fp, h, h.old_start, None, None, "hunks overlap or are out of order")
         if start > len(lines):
-            raise _fail(patch, fp, h, h.old_start, _first_old(h), None,
-                                f"the hunk starts past the end of the file ({len(lines)} lines)")
+            raise _fail(
+                patch, fp, h, h.old_start, _first_old(h), None, f"the hunk starts past the end of the file ({len(lines)} lines)"
+            )
         out.extend(lines[pos:start])
         expect_new = len(out) + 1 if h.new_len > 0 else len(out)
         if h.new_start != expect_new:
-            raise _fail(patch, fp, h, h.old_start, None, None,
-                                f"hunk header says new line {h.new_start}, the exact position gives {expect_new} "
-                                "(an earlier hunk's counts are off, or the patch was edited by hand)")
+            raise _fail(
+                patch,
+                fp,
+                h,
+                h.old_start,
+                None,
+                None,
+                f"hunk header says new line {h.new_start}, the exact position gives {expect_new} "
+                "(an earlier hunk's counts are off, or the patch was edited by hand)",
+            )
         i = start
         for ln in h.lines:
             if ln.op != "+":
@@ -148,8 +156,15 @@ def apply_file_patch(patch: str, fp: FilePatch, base: bytes | None) -> bytes | N
     data = b"".join(out)
     if fp.action == "delete":
         if data:
-            raise _fail(patch, fp, fp.hunks[-1] if fp.hunks else None, len(lines), None, out[0],
-                                "the patch deletes the file but does not remove all of its lines")
+            raise _fail(
+                patch,
+                fp,
+                fp.hunks[-1] if fp.hunks else None,
+                len(lines),
+                None,
+                out[0],
+                "the patch deletes the file but does not remove all of its lines",
+            )
         return None
     return data
 
@@ -159,8 +174,7 @@ def _first_old(h: Hunk) -> bytes | None:
     return old[0] if old else None
 
 
-def apply_series(series: Series, read_base: BaseReader, base_mode: Callable[[str], int | None] | None = None
-                 ) -> ApplyResult:
+def apply_series(series: Series, read_base: BaseReader, base_mode: Callable[[str], int | None] | None = None) -> ApplyResult:
     """Apply every patch of ``series`` in order, in memory. Raises on the first failure."""
     files: dict[str, FileResult] = {}
     for patch in series.patches:

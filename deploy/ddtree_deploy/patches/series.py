@@ -115,7 +115,7 @@ def check_package_path(raw: str, prefix: str, *, patch: str, package: str = "sgl
             f"{patch}: path {raw!r} must start with {prefix!r} (package-relative: {prefix}{package}/...)",
             hint="regenerate the patch with `ddtree-deploy patches refresh` (it writes a/ and b/ prefixes)",
         )
-    rel = raw[len(prefix):]
+    rel = raw[len(prefix) :]
     if rel.startswith("/") or re.match(r"^[A-Za-z]:[\\/]", rel):
         raise PatchRefusedError(f"{patch}: absolute path {raw!r} refused: patches may only touch {package}/")
     if "\\" in rel or "\x00" in rel:
@@ -176,7 +176,8 @@ def parse_patch_bytes(raw: bytes, *, name: str, path: Path | None = None, packag
         raise EmptyPatchError(
             f"{name}: holds no diff (no '--- a/...' / '+++ b/...' file header): an empty or description-only "
             "patch file changes nothing",
-            hint="put the diff in it (ddtree-deploy patches refresh writes it), or remove it from the series file")
+            hint="put the diff in it (ddtree-deploy patches refresh writes it), or remove it from the series file",
+        )
     return Patch(name=name, path=path or Path(name), raw=raw, header="".join(header_lines), files=files)
 
 

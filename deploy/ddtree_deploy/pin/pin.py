@@ -126,5 +126,5 @@ def load_pin(path: Path) -> Pin:
         raise PinError(f"{path}: [files] must be a table of path = sha256")
     for rel, digest in files.items():
         if not (digest == ABSENT or _is_hex64(digest)):
-            raise PinError(f"{path}: [files] {rel!r} must be a 64-hex sha256 or \"absent\", got {digest!r}")
+            raise PinError(f'{path}: [files] {rel!r} must be a 64-hex sha256 or "absent", got {digest!r}')
     return Pin(pkg["name"], pkg["version"], wheels, dict(files), path)

@@ -88,8 +88,11 @@ def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: 
     wheels_dir().mkdir(parents=True, exist_ok=True)
     if wheel is None:
         pinned = [wheels_dir() / w.filename for w in pin.wheels]
-        wanted_tag = f"cp{sys.version_info.major}{sys.version_info.minor}" if python_version is None else (
-            "cp" + python_version.replace(".", ""))
+        wanted_tag = (
+            f"cp{sys.version_info.major}{sys.version_info.minor}"
+            if python_version is None
+            else ("cp" + python_version.replace(".", ""))
+        )
         hit = [p for p in pinned if p.is_file() and WheelPin(p.name, "").python_tag == wanted_tag]
         if hit:
             wheel = hit[0]

@@ -4,7 +4,8 @@ It is never imported on the host: the client sends this file's text over the SSH
 and runs it with ``PYTHON -c BOOTSTRAP`` (see ``hostops.BOOTSTRAP``), so nothing is installed on
 the host and every remote path travels inside a JSON request, never through a shell.
 
-Protocol (``protocol.py``, whose source is sent ahead of this file): stdin ``<len>\\n<source>`` (read by the bootstrap), then any number of requests,
+Protocol (``protocol.py``, whose source is sent ahead of this file): stdin ``<len>\\n<source>``
+(read by the bootstrap), then any number of requests,
 each ``<len>\\n<request JSON>`` followed by its payload (the concatenated file contents named by an
 ``apply`` request). Output (stdout), per request: zero or more ``DDTREE-EVENT {json}`` lines, then
 exactly one ``DDTREE-RESULT {json}``. One SSH exec (one remote shell + one Python start) serves a
@@ -203,17 +204,42 @@ def acquire_lock(sd, req, op):
         if req.get("break_stale_lock") and holder.get("alive") is False:
             event("lock", note="breaking stale lock of dead %s" % holder.get("deploy_id"))
             release_lock(sd)
-            audit(sd, {"op": "lock-break", "deploy_id": req.get("deploy_id"), "who": req.get("who"),
-                       "result": "broke stale lock", "holder": holder})
+            audit(
+                sd,
+                {
+                    "op": "lock-break",
+                    "deploy_id": req.get("deploy_id"),
+                    "who": req.get("who"),
+                    "result": "broke stale lock",
+                    "holder": holder,
+                },
+            )
             os.mkdir(lock, 0o700)
         else:
-            raise Fail(ErrorKind.LOCK_HELD, "deploy lock held by %s since %s (%s %s, deploy %s)%s" % (
-                holder.get("who"), holder.get("when"), holder.get("op"), holder.get("why") or "",
-                holder.get("deploy_id"), "" if holder.get("alive") is not False else "; its process is gone"),
-                holder=holder)
-    info = {"who": req.get("who"), "user": req.get("user"), "when": now(), "why": req.get("why"),
-            "deploy_id": req.get("deploy_id"), "op": op, "pid": os.getpid(),
-            "pid_start": pid_start(os.getpid()), "hostname": socket.gethostname()}
+            raise Fail(
+                ErrorKind.LOCK_HELD,
+                "deploy lock held by %s since %s (%s %s, deploy %s)%s"
+                % (
+                    holder.get("who"),
+                    holder.get("when"),
+                    holder.get("op"),
+                    holder.get("why") or "",
+                    holder.get("deploy_id"),
+                    "" if holder.get("alive") is not False else "; its process is gone",
+                ),
+                holder=holder,
+            )
+    info = {
+        "who": req.get("who"),
+        "user": req.get("user"),
+        "when": now(),
+        "why": req.get("why"),
+        "deploy_id": req.get("deploy_id"),
+        "op": op,
+        "pid": os.getpid(),
+        "pid_start": pid_start(os.getpid()),
+        "hostname": socket.gethostname(),
+    }
     tmp = os.path.join(lock, "info.json.tmp")
     with open(tmp, "w") as fh:
         json.dump(info, fh)
@@ -453,8 +479,9 @@ def run_checks(site, paths, modules, timeout, run=()):
             event(name, count=len(cmd) - 3)
             t0 = time.time()
             try:
-                p = subprocess.run(cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                   stderr=subprocess.STDOUT, timeout=timeout)
+                p = subprocess.run(
+                    cmd, cwd=work, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout
+                )
                 rc, text = p.returncode, p.stdout.decode("utf-8", "replace")
             except subprocess.TimeoutExpired as exc:
                 rc, text = -1, ((exc.output or b"").decode("utf-8", "replace") + "\ntimed out after %ss" % timeout)
@@ -485,8 +512,14 @@ def import_check(site, package):
     want = os.path.realpath(os.path.join(site, package))
     work = tempfile.mkdtemp(prefix="ddtree-where-")
     try:
-        p = subprocess.run([sys.executable, "-c", WHERE_SRC, package], cwd=work, stdin=subprocess.DEVNULL,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        p = subprocess.run(
+            [sys.executable, "-c", WHERE_SRC, package],
+            cwd=work,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            timeout=120,
+        )
         try:
             locs = json.loads(p.stdout.decode("utf-8", "replace").strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -496,20 +529,25 @@ def import_check(site, package):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     found = None if locs is None else [os.path.realpath(x) for x in locs]
-    return {"package": package, "expected": want, "found": found, "python": sys.executable,
-            "ok": found == [want]}
+    return {"package": package, "expected": want, "found": found, "python": sys.executable, "ok": found == [want]}
 
 
 def require_import_from_site(site, package):
     chk = import_check(site, package)
     if not chk["ok"]:
-        where = ("does not import %s at all" % package if not chk["found"] else
-                 "imports %s from %s" % (package, ", ".join(chk["found"])))
-        raise Fail(ErrorKind.HOST_REFUSED, "%s %s, not from site_packages %s: a smoke test or deploy there would "
-                   "check the wrong copy" % (sys.executable, where, site),
-                   hint="make `site_packages` in the inventory the directory this `python` imports %s from "
-                        "(or drop it to ask the interpreter), or point `python` at the right interpreter" % package,
-                   import_check=chk)
+        where = (
+            "does not import %s at all" % package
+            if not chk["found"]
+            else "imports %s from %s" % (package, ", ".join(chk["found"]))
+        )
+        raise Fail(
+            ErrorKind.HOST_REFUSED,
+            "%s %s, not from site_packages %s: a smoke test or deploy there would "
+            "check the wrong copy" % (sys.executable, where, site),
+            hint="make `site_packages` in the inventory the directory this `python` imports %s from "
+            "(or drop it to ask the interpreter), or point `python` at the right interpreter" % package,
+            import_check=chk,
+        )
     return chk
 
 
@@ -527,8 +565,12 @@ def op_probe(req, stdin):
         anc = d
         while not os.path.isdir(anc) and os.path.dirname(anc) != anc:
             anc = os.path.dirname(anc)
-        info = {"exists": os.path.lexists(target), "sha256": file_sha(target), "dir_exists": os.path.isdir(d),
-                "dir_writable": os.access(anc, os.W_OK | os.X_OK)}
+        info = {
+            "exists": os.path.lexists(target),
+            "sha256": file_sha(target),
+            "dir_exists": os.path.isdir(d),
+            "dir_writable": os.access(anc, os.W_OK | os.X_OK),
+        }
         try:
             info["free"] = shutil.disk_usage(anc).free
         except OSError:
@@ -602,8 +644,11 @@ def read_payload(stdin, req):
         while got < n:
             c = stdin.read(min(n - got, 1 << 20))
             if not c:
-                raise Fail(ErrorKind.REMOTE, "upload incomplete: got %d of %d bytes of %s (connection lost?)" % (
-                    got, n, f["path"]), interrupted=True)
+                raise Fail(
+                    ErrorKind.REMOTE,
+                    "upload incomplete: got %d of %d bytes of %s (connection lost?)" % (got, n, f["path"]),
+                    interrupted=True,
+                )
             chunks.append(c)
             got += len(c)
         data = b"".join(chunks)
@@ -656,8 +701,14 @@ def op_apply(req, stdin):
 
 def apply_audit_entry(req):
     """The audit-log fields every outcome of this push shares."""
-    return {"op": "push", "deploy_id": req["deploy_id"], "who": req.get("who"), "why": req.get("why"),
-            "series_id": req.get("series_id"), "files": [f["path"] for f in req["files"]]}
+    return {
+        "op": "push",
+        "deploy_id": req["deploy_id"],
+        "who": req.get("who"),
+        "why": req.get("why"),
+        "series_id": req.get("series_id"),
+        "files": [f["path"] for f in req["files"]],
+    }
 
 
 def receive_payload(sd, req, stdin, base):
@@ -685,16 +736,36 @@ def draft_record(sd, req, site):
     deploy_id = req["deploy_id"]
     rdir = record_dir(sd, deploy_id)
     seq = max([r.get("seq", 0) for r in load_records(sd)] + [0]) + 1
-    draft = {"deploy_id": deploy_id, "seq": seq, "op": "push", "status": BACKING_UP, "who": req.get("who"),
-             "user": req.get("user"), "why": req.get("why"), "series_id": req.get("series_id"),
-             "version": req.get("version"), "site_packages": site, "started": now(),
-             "files": [], "created_dirs": [], "_dir": rdir}
+    draft = {
+        "deploy_id": deploy_id,
+        "seq": seq,
+        "op": "push",
+        "status": BACKING_UP,
+        "who": req.get("who"),
+        "user": req.get("user"),
+        "why": req.get("why"),
+        "series_id": req.get("series_id"),
+        "version": req.get("version"),
+        "site_packages": site,
+        "started": now(),
+        "files": [],
+        "created_dirs": [],
+        "_dir": rdir,
+    }
     for f in req["files"]:
         target = safe_join(site, f["path"])
         before = file_sha(target)
         mode = "%04o" % (os.stat(target).st_mode & 0o7777) if before else None
-        draft["files"].append({"path": f["path"], "action": f["action"], "before_sha256": before,
-                               "before_mode": mode, "after_sha256": f.get("sha256"), "after_mode": f.get("mode")})
+        draft["files"].append(
+            {
+                "path": f["path"],
+                "action": f["action"],
+                "before_sha256": before,
+                "before_mode": mode,
+                "after_sha256": f.get("sha256"),
+                "after_mode": f.get("mode"),
+            }
+        )
     return draft
 
 
@@ -709,8 +780,11 @@ def write_draft_record(sd, req, site):
         save_record(draft)
     except OSError as exc:
         shutil.rmtree(rdir, ignore_errors=True)
-        raise Fail(ErrorKind.HOST_REFUSED, "cannot write the deploy record in the state dir %s (%s); nothing was "
-                   "written to site-packages" % (sd, exc), hint="free some space in the state dir on the host")
+        raise Fail(
+            ErrorKind.HOST_REFUSED,
+            "cannot write the deploy record in the state dir %s (%s); nothing was written to site-packages" % (sd, exc),
+            hint="free some space in the state dir on the host",
+        )
     return draft, reserve
 
 
@@ -893,15 +967,27 @@ def plan_rollback(todo, site):
             # deployed: each file is what we put there (or already back to what was there before);
             # interrupted / needs-human records may be mixed, file by file, but only between those two
             if cur not in (after, before):
-                edited.append({"deploy_id": r["deploy_id"], "path": rel, "found_sha256": cur,
-                               "deployed_sha256": after, "before_sha256": before})
+                edited.append(
+                    {
+                        "deploy_id": r["deploy_id"],
+                        "path": rel,
+                        "found_sha256": cur,
+                        "deployed_sha256": after,
+                        "before_sha256": before,
+                    }
+                )
             need_write = cur != before
             if need_write and before is not None:
                 got = file_sha(backup_path(r, rel))
                 if got != before:
-                    broken.append({"deploy_id": r["deploy_id"], "path": rel,
-                                   "found": "missing" if got is None else "sha256 %s" % got,
-                                   "expected_sha256": before})
+                    broken.append(
+                        {
+                            "deploy_id": r["deploy_id"],
+                            "path": rel,
+                            "found": "missing" if got is None else "sha256 %s" % got,
+                            "expected_sha256": before,
+                        }
+                    )
             files.append({"path": rel, "current_sha256": cur, "restore_to": before, "write": need_write})
             now_sha[rel] = before
         steps.append({"deploy_id": r["deploy_id"], "was": status, "files": files})
@@ -930,15 +1016,25 @@ def keep_edited(sd, rollback_id, edited, site):
 
 
 def _describe_edited(edited):
-    return "; ".join("%s: sha256 %s is neither what deploy %s put there (%s) nor what was there before (%s)" % (
-        e["path"], e["found_sha256"] or "(missing)", e["deploy_id"], e["deployed_sha256"] or "(absent)",
-        e["before_sha256"] or "(absent)") for e in edited)
+    return "; ".join(
+        "%s: sha256 %s is neither what deploy %s put there (%s) nor what was there before (%s)"
+        % (
+            e["path"],
+            e["found_sha256"] or "(missing)",
+            e["deploy_id"],
+            e["deployed_sha256"] or "(absent)",
+            e["before_sha256"] or "(absent)",
+        )
+        for e in edited
+    )
 
 
 def _describe_broken(broken):
-    return "; ".join("backup of %s (deploy %s) is %s, expected sha256 %s" % (
-        b["path"], b["deploy_id"], "missing" if b["found"] == "missing" else "corrupt: " + b["found"],
-        b["expected_sha256"]) for b in broken)
+    return "; ".join(
+        "backup of %s (deploy %s) is %s, expected sha256 %s"
+        % (b["path"], b["deploy_id"], "missing" if b["found"] == "missing" else "corrupt: " + b["found"], b["expected_sha256"])
+        for b in broken
+    )
 
 
 def select_rollback(recs, target_id, expect):
@@ -953,12 +1049,15 @@ def select_rollback(recs, target_id, expect):
             raise Fail(ErrorKind.USAGE, "no deploy %s on this host (known: %s)" % (target_id, ", ".join(ids) or "none"))
         known = [r for r in recs if r["deploy_id"] == target_id][0]
         if known.get("status") not in APPLIED:
-            raise Fail(ErrorKind.USAGE, "deploy %s is %s, not deployed: cannot roll back to it" % (
-                target_id, known.get("status")))
+            raise Fail(
+                ErrorKind.USAGE, "deploy %s is %s, not deployed: cannot roll back to it" % (target_id, known.get("status"))
+            )
         todo = list(reversed([r for r in live if r.get("seq", 0) > known.get("seq", 0)]))
     if expect and (not todo or todo[0]["deploy_id"] != expect):
-        raise Fail(ErrorKind.USAGE, "the latest deploy on the host is %s, not %s: not rolling back" % (
-            todo[0]["deploy_id"] if todo else "none", expect))
+        raise Fail(
+            ErrorKind.USAGE,
+            "the latest deploy on the host is %s, not %s: not rolling back" % (todo[0]["deploy_id"] if todo else "none", expect),
+        )
     return todo
 
 
@@ -972,8 +1071,14 @@ def op_rollback(req, stdin):
             r["_dir"] = record_dir(sd, r["deploy_id"])
         todo = select_rollback(recs, req.get("to"), req.get("expect_latest"))
         steps, broken, edited = plan_rollback(todo, site)
-        return {"dry_run": True, "undone": [], "would_undo": steps, "broken_backups": broken, "edited": edited,
-                "note": "nothing to roll back" if not todo else "dry run: wrote nothing"}
+        return {
+            "dry_run": True,
+            "undone": [],
+            "would_undo": steps,
+            "broken_backups": broken,
+            "edited": edited,
+            "note": "nothing to roll back" if not todo else "dry run: wrote nothing",
+        }
     acquire_lock(sd, dict(req, break_stale_lock=True), "rollback")
     try:
         recs = load_records(sd)
@@ -993,15 +1098,20 @@ def op_rollback(req, stdin):
         kept = []
         if edited:
             if not req.get("force"):
-                msg = ("refused before any write, the host is untouched: %d file(s) were edited on the host after "
-                       "the deploy: %s" % (len(edited), _describe_edited(edited)))
+                msg = (
+                    "refused before any write, the host is untouched: %d file(s) were edited on the host after "
+                    "the deploy: %s" % (len(edited), _describe_edited(edited))
+                )
                 audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="refused: " + msg))
-                raise Fail(ErrorKind.HOST_EDITED, msg, edited=edited,
-                           hint="keep the edits first, or rerun with --force (a copy of each edited file is kept "
-                                "in the state dir under edited/)")
+                raise Fail(
+                    ErrorKind.HOST_EDITED,
+                    msg,
+                    edited=edited,
+                    hint="keep the edits first, or rerun with --force (a copy of each edited file is kept "
+                    "in the state dir under edited/)",
+                )
             kept = keep_edited(sd, req.get("deploy_id") or "rollback", edited, site)
-            audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="--force: kept host-edited files",
-                           kept=kept))
+            audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="--force: kept host-edited files", kept=kept))
         undone = []
         for r in todo:
             event("restore", deploy_id=r["deploy_id"])
@@ -1012,16 +1122,33 @@ def op_rollback(req, stdin):
                 r["restore_problems"] = problems
                 save_record(r)
                 audit(sd, dict(base, undo=r["deploy_id"], result="FAILED: " + "; ".join(problems)))
-                raise Fail(ErrorKind.ROLLBACK_FAILED, "rolling back %s failed: %s" % (r["deploy_id"], "; ".join(problems)),
-                           undone=undone, kept=kept)
+                raise Fail(
+                    ErrorKind.ROLLBACK_FAILED,
+                    "rolling back %s failed: %s" % (r["deploy_id"], "; ".join(problems)),
+                    undone=undone,
+                    kept=kept,
+                )
             r["status"] = UNDONE if prev in APPLIED else ROLLED_BACK
             r["undone_by"] = req.get("deploy_id")
             r["undone_at"] = now()
             save_record(r)
-            undone.append({"deploy_id": r["deploy_id"], "was": prev,
-                           "files": [{"path": f["path"], "sha256": f["before_sha256"]} for f in r["files"]]})
-            audit(sd, dict(base, undo=r["deploy_id"], series_id=r.get("series_id"),
-                           files=[f["path"] for f in r["files"]], result="restored (verified)"))
+            undone.append(
+                {
+                    "deploy_id": r["deploy_id"],
+                    "was": prev,
+                    "files": [{"path": f["path"], "sha256": f["before_sha256"]} for f in r["files"]],
+                }
+            )
+            audit(
+                sd,
+                dict(
+                    base,
+                    undo=r["deploy_id"],
+                    series_id=r.get("series_id"),
+                    files=[f["path"] for f in r["files"]],
+                    result="restored (verified)",
+                ),
+            )
         return {"undone": undone, "kept": kept}
     finally:
         release_lock(sd, mine=True)
@@ -1049,7 +1176,7 @@ def op_history(req, stdin):
         pass
     limit = req.get("limit")
     if limit:
-        lines = lines[-int(limit):]
+        lines = lines[-int(limit) :]
     return {"entries": lines}
 
 
@@ -1069,8 +1196,15 @@ def op_lock_status(req, stdin):
     return {"lock": lock_info(state_dir(req))}
 
 
-OPS = {"probe": op_probe, "apply": op_apply, "rollback": op_rollback, "smoke": op_smoke,
-       "history": op_history, "lock_release": op_lock_release, "lock_status": op_lock_status}
+OPS = {
+    "probe": op_probe,
+    "apply": op_apply,
+    "rollback": op_rollback,
+    "smoke": op_smoke,
+    "history": op_history,
+    "lock_release": op_lock_release,
+    "lock_status": op_lock_status,
+}
 
 
 def main():
@@ -1093,18 +1227,28 @@ def main():
             result = fn(req, stdin)
             emit("RESULT", {"ok": True, "agent_format": AGENT_FORMAT, "result": result})
         except Fail as exc:
-            emit("RESULT", {"ok": False, "error": exc.kind, "message": exc.message, "hint": exc.hint,
-                            "details": exc.details})
+            emit("RESULT", {"ok": False, "error": exc.kind, "message": exc.message, "hint": exc.hint, "details": exc.details})
             if exc.details.get("interrupted"):
                 return
         except OSError as exc:
-            kind = ErrorKind.HOST_REFUSED if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC) else ErrorKind.REMOTE
+            kind = (
+                ErrorKind.HOST_REFUSED
+                if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC)
+                else ErrorKind.REMOTE
+            )
             emit("RESULT", {"ok": False, "error": kind, "message": "%s: %s" % (type(exc).__name__, exc)})
         except Exception as exc:  # a bug in the agent
             import traceback
 
-            emit("RESULT", {"ok": False, "error": ErrorKind.REMOTE, "message": "agent error: %s: %s" % (type(exc).__name__, exc),
-                            "details": {"traceback": traceback.format_exc()[-3000:]}})
+            emit(
+                "RESULT",
+                {
+                    "ok": False,
+                    "error": ErrorKind.REMOTE,
+                    "message": "agent error: %s: %s" % (type(exc).__name__, exc),
+                    "details": {"traceback": traceback.format_exc()[-3000:]},
+                },
+            )
         if not _stdout_ok[0]:
             return
 

@@ -66,6 +66,7 @@ _known_hosts_lock = threading.Lock()
 
 class Interrupted(DDTreeDeployError):
     """The user pressed Ctrl-C (the CLI maps it to 130)."""
+
     kind = protocol.ErrorKind.INTERRUPTED
 
     exit_code = ExitCode.INTERRUPTED
@@ -136,8 +137,7 @@ class HostConnection:
                 raise UsageError(f"{h.name}: identity_file {h.identity_path} does not exist")
             connect_kwargs.update(key_filename=[str(h.identity_path)], look_for_keys=False, allow_agent=False)
         try:
-            conn = Connection(h.target, config=Config(), connect_timeout=int(self.connect_timeout),
-                              connect_kwargs=connect_kwargs)
+            conn = Connection(h.target, config=Config(), connect_timeout=int(self.connect_timeout), connect_kwargs=connect_kwargs)
         except ValueError as exc:
             raise UsageError(f"{h.name}: bad target {h.target!r}: {exc}") from None
         client = conn.client
@@ -156,7 +156,8 @@ class HostConnection:
             raise HostKeyError(
                 f"{h.name}: the host key of {hid} has CHANGED (got {fingerprint(exc.key)}, known_hosts "
                 f"{kh} has {fingerprint(exc.expected_key)}); refusing to connect (possible man-in-the-middle)",
-                hint=f"if the change is expected, verify the new key out of band, then: ssh-keygen -R '{hid}' -f {shlex.quote(str(kh))}",
+                hint=f"if the change is expected, verify the new key out of band, "
+                f"then: ssh-keygen -R '{hid}' -f {shlex.quote(str(kh))}",
                 details={"host": h.name, "offered_fingerprint": fingerprint(exc.key)},
             ) from None
         except paramiko.SSHException as exc:
@@ -176,15 +177,20 @@ class HostConnection:
                     details={"host": h.name, "offered_fingerprint": fp},
                 ) from None
             if isinstance(exc, paramiko.AuthenticationException):
-                raise HostRefusedError(f"{h.name}: SSH authentication to {hid} failed: {exc}",
-                                       hint="check identity_file in the inventory") from None
-            raise ConnectionLostError(f"{h.name}: SSH to {hid} failed: {exc}",
-                                      hint="is the host up and the target right? (safe to retry)",
-                                      details={"host": h.name, "connection_lost": True}) from None
+                raise HostRefusedError(
+                    f"{h.name}: SSH authentication to {hid} failed: {exc}", hint="check identity_file in the inventory"
+                ) from None
+            raise ConnectionLostError(
+                f"{h.name}: SSH to {hid} failed: {exc}",
+                hint="is the host up and the target right? (safe to retry)",
+                details={"host": h.name, "connection_lost": True},
+            ) from None
         except (OSError, socket.timeout, EOFError) as exc:
-            raise ConnectionLostError(f"{h.name}: cannot connect to {hid}: {exc}",
-                                      hint="is the host up and the target right? (safe to retry)",
-                                      details={"host": h.name, "connection_lost": True}) from None
+            raise ConnectionLostError(
+                f"{h.name}: cannot connect to {hid}: {exc}",
+                hint="is the host up and the target right? (safe to retry)",
+                details={"host": h.name, "connection_lost": True},
+            ) from None
         if policy.accepted:
             self.new_host_key = fingerprint(policy.offered[1])  # type: ignore[index]
         self.conn = conn
@@ -220,8 +226,9 @@ class HostConnection:
             head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC
             chan.sendall(head)
         except (paramiko.SSHException, OSError, EOFError) as exc:
-            raise ConnectionLostError(f"{h.name}: cannot start the agent over SSH: {exc}",
-                                      details={"host": h.name, "connection_lost": True}) from None
+            raise ConnectionLostError(
+                f"{h.name}: cannot start the agent over SSH: {exc}", details={"host": h.name, "connection_lost": True}
+            ) from None
         self.bytes_sent += len(head)
         self._chan = chan
         self._out = bytearray()
@@ -282,11 +289,11 @@ class HostConnection:
                 del out[: i + 1]
                 if line.startswith(_EVENT) and on_event:
                     try:
-                        on_event(json.loads(line[len(_EVENT):]))
+                        on_event(json.loads(line[len(_EVENT) :]))
                     except ValueError:
                         pass
                 elif line.startswith(_RESULT):
-                    result = json.loads(line[len(_RESULT):])
+                    result = json.loads(line[len(_RESULT) :])
 
         def check_cancel() -> None:
             if cancel is not None and cancel.is_set():
@@ -294,8 +301,9 @@ class HostConnection:
                 raise Interrupted(f"{h.name}: interrupted")
             if time.monotonic() > deadline:
                 self._drop_session()
-                raise ConnectionLostError(f"{h.name}: the host did not answer within {timeout:.0f}s",
-                                          details={"host": h.name, "connection_lost": True})
+                raise ConnectionLostError(
+                    f"{h.name}: the host did not answer within {timeout:.0f}s", details={"host": h.name, "connection_lost": True}
+                )
 
         try:
             for blob in [head] + list(payload or []):
@@ -325,18 +333,23 @@ class HostConnection:
                 select.select([chan], [], [], 0.05)  # wakes on stdout/stderr data or EOF
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self._drop_session()
-            raise ConnectionLostError(f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}) from None
+            raise ConnectionLostError(
+                f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}
+            ) from None
         if result is None:
             status = chan.recv_exit_status() if chan.exit_status_ready() else -1
             self._drop_session()
             tail = errb.decode("utf-8", "replace").strip()[-2000:]
             if self.conn is None or self.conn.transport is None or not self.conn.transport.is_active():
-                raise ConnectionLostError(f"{h.name}: connection lost before the host answered",
-                                  details={"host": h.name, "connection_lost": True})
+                raise ConnectionLostError(
+                    f"{h.name}: connection lost before the host answered", details={"host": h.name, "connection_lost": True}
+                )
             if status in (126, 127):  # the shell could not run the interpreter: nothing ran
                 raise HostRefusedError(
                     f"{h.name}: cannot run the host's python {h.python!r} (exit {status})" + (f": {tail}" if tail else ""),
-                    hint="fix `python` for this host in the inventory", details={"host": h.name})
+                    hint="fix `python` for this host in the inventory",
+                    details={"host": h.name},
+                )
             raise RemoteError(
                 f"{h.name}: the agent gave no result (exit {status}); is {h.python!r} a Python >= 3.8 on the host?"
                 + (f"\n{tail}" if tail else ""),
@@ -351,8 +364,18 @@ class HostConnection:
 # does not know (a newer agent) becomes a RemoteError.
 _KINDS: dict[str, type[DDTreeDeployError]] = {
     cls.kind: cls
-    for cls in (HostRefusedError, DriftError, LockHeldError, RolledBackError, RollbackFailedError,
-                BrokenBackupError, HostEditedError, SmokeFailedError, UsageError, RemoteError)
+    for cls in (
+        HostRefusedError,
+        DriftError,
+        LockHeldError,
+        RolledBackError,
+        RollbackFailedError,
+        BrokenBackupError,
+        HostEditedError,
+        SmokeFailedError,
+        UsageError,
+        RemoteError,
+    )
 }
 
 
@@ -368,8 +391,10 @@ def agent_error(host: str, result: dict[str, Any]) -> DDTreeDeployError:
         else:
             hint = f"wait for it, or if you are sure it is dead: ddtree-deploy lock release {host}"
     if cls is BrokenBackupError and not hint:
-        hint = (f"the host is untouched but cannot be rolled back from its backups: ddtree-deploy status {host}; "
-                f"repair or restore the named backup files, then rerun ddtree-deploy rollback {host}")
+        hint = (
+            f"the host is untouched but cannot be rolled back from its backups: ddtree-deploy status {host}; "
+            f"repair or restore the named backup files, then rerun ddtree-deploy rollback {host}"
+        )
     if cls is RollbackFailedError and not hint:
         hint = f"the host needs a human: ddtree-deploy status {host}"
     return cls(f"{host}: {result.get('message')}", hint=hint, details=details)

@@ -131,30 +131,59 @@ class Reporter:
 
 # A failed host's status word, by the exit code its error maps to.
 _ERROR_STATUS = {
-    ExitCode.HOST_REFUSED: "refused", ExitCode.LOCK_HELD: "locked", ExitCode.ROLLED_BACK: "rolled-back",
-    ExitCode.NEEDS_HUMAN: "NEEDS-HUMAN", ExitCode.SMOKE_FAILED: "smoke-failed", ExitCode.UNREACHABLE: "unreachable",
-    ExitCode.INTERRUPTED: "interrupted", ExitCode.USAGE: "usage-error",
+    ExitCode.HOST_REFUSED: "refused",
+    ExitCode.LOCK_HELD: "locked",
+    ExitCode.ROLLED_BACK: "rolled-back",
+    ExitCode.NEEDS_HUMAN: "NEEDS-HUMAN",
+    ExitCode.SMOKE_FAILED: "smoke-failed",
+    ExitCode.UNREACHABLE: "unreachable",
+    ExitCode.INTERRUPTED: "interrupted",
+    ExitCode.USAGE: "usage-error",
 }
 
 
 def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
     if isinstance(exc, DDTreeDeployError):
         status = _ERROR_STATUS.get(exc.exit_code, "failed")
-        return HostResult(host, False, status, exc.exit_code, exc.message, exc.hint,
-                          deploy_id=exc.details.get("deploy_id"), seconds=time.monotonic() - t0,
-                          files_sent=int(exc.details.get("files_sent") or 0),
-                          bytes_sent=int(exc.details.get("bytes_sent") or 0),
-                          error=exc.kind, data={k: v for k, v in exc.details.items() if k != "host"})
-    return HostResult(host, False, "failed", ExitCode.UNEXPECTED, f"{host}: unexpected {type(exc).__name__}: {exc}",
-                      None, seconds=time.monotonic() - t0, error=type(exc).__name__,
-                      data={"traceback": traceback.format_exc()[-3000:]})
+        return HostResult(
+            host,
+            False,
+            status,
+            exc.exit_code,
+            exc.message,
+            exc.hint,
+            deploy_id=exc.details.get("deploy_id"),
+            seconds=time.monotonic() - t0,
+            files_sent=int(exc.details.get("files_sent") or 0),
+            bytes_sent=int(exc.details.get("bytes_sent") or 0),
+            error=exc.kind,
+            data={k: v for k, v in exc.details.items() if k != "host"},
+        )
+    return HostResult(
+        host,
+        False,
+        "failed",
+        ExitCode.UNEXPECTED,
+        f"{host}: unexpected {type(exc).__name__}: {exc}",
+        None,
+        seconds=time.monotonic() - t0,
+        error=type(exc).__name__,
+        data={"traceback": traceback.format_exc()[-3000:]},
+    )
 
 
 Pipeline = Callable[[HostConfig, Reporter, threading.Event], HostResult]
 
 
-def run_fleet(hosts: list[HostConfig], pipeline: Pipeline, *, on_event: OnEvent | None = None, title: str = "",
-              max_workers: int = 32, quiet: bool = True) -> FleetResult:
+def run_fleet(
+    hosts: list[HostConfig],
+    pipeline: Pipeline,
+    *,
+    on_event: OnEvent | None = None,
+    title: str = "",
+    max_workers: int = 32,
+    quiet: bool = True,
+) -> FleetResult:
     """Run ``pipeline`` for every host in parallel; return the results in host order.
 
     ``on_event`` gets every phase and note of every host (see :class:`Reporter`) and a ``DONE``

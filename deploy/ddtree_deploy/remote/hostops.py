@@ -90,12 +90,23 @@ def load_build(build_dir: str | os.PathLike[str]) -> BuildSet:
             except FileNotFoundError:
                 raise UsageError(f"{mpath}: {path} is missing from the build directory") from None
             if sha256_bytes(data) != e["patched_sha256"]:
-                raise UsageError(f"{d}: {path} does not match its manifest hash (the build dir was modified)",
-                                 hint="rebuild: ddtree-deploy build --out DIR")
+                raise UsageError(
+                    f"{d}: {path} does not match its manifest hash (the build dir was modified)",
+                    hint="rebuild: ddtree-deploy build --out DIR",
+                )
         if e["action"] not in ("create", "modify", "delete"):
             raise UsageError(f"{mpath}: {path}: unknown action {e['action']!r}")
-        files.append(DeployFile(path, e["action"], e.get("pristine_sha256"), e.get("patched_sha256"),
-                                e.get("mode") or "0644", list(e.get("patches") or []), data))
+        files.append(
+            DeployFile(
+                path,
+                e["action"],
+                e.get("pristine_sha256"),
+                e.get("patched_sha256"),
+                e.get("mode") or "0644",
+                list(e.get("patches") or []),
+                data,
+            )
+        )
     return BuildSet(d, raw.get("package", "sglang"), raw["version"], raw.get("series_id", "?"), files, raw)
 
 
@@ -164,14 +175,26 @@ def classify(f: DeployFile, cur: str | None, ours: dict[tuple[str, str], str]) -
     return "drifted", None
 
 
-def probe(hc: HostConnection, paths: list[str], *, want_content: set[str] | None = None,
-          package: str = "sglang", check_import: bool = False) -> dict[str, Any]:
+def probe(
+    hc: HostConnection,
+    paths: list[str],
+    *,
+    want_content: set[str] | None = None,
+    package: str = "sglang",
+    check_import: bool = False,
+) -> dict[str, Any]:
     h = hc.host
-    return hc.run_agent({
-        "op": "probe", "package": package, "site_packages": h.site_packages, "state_dir": h.state_dir,
-        "check_import": check_import,
-        "files": [{"path": p, "want_content": bool(want_content and p in want_content)} for p in paths],
-    }, timeout=120)
+    return hc.run_agent(
+        {
+            "op": "probe",
+            "package": package,
+            "site_packages": h.site_packages,
+            "state_dir": h.state_dir,
+            "check_import": check_import,
+            "files": [{"path": p, "want_content": bool(want_content and p in want_content)} for p in paths],
+        },
+        timeout=120,
+    )
 
 
 def preflight(hc: HostConnection, bs: BuildSet, *, dry_run: bool = False) -> Plan:
@@ -199,9 +222,11 @@ def require_pinned_version(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> N
     ver = pr.get("package_version")
     if ver != bs.version:
         raise HostRefusedError(
-            f"{h.name}: {bs.package} on the host is {ver or 'not installed'} in {pr['site_packages']}; the build is for {bs.version}",
+            f"{h.name}: {bs.package} on the host is {ver or 'not installed'} in {pr['site_packages']}; "
+            f"the build is for {bs.version}",
             hint="install the pinned version on the host (or fix site_packages in the inventory)",
-            details={"host": h.name, "host_version": ver})
+            details={"host": h.name, "host_version": ver},
+        )
 
 
 def require_import_from_site(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> None:
@@ -214,23 +239,28 @@ def require_import_from_site(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) ->
             f"{h.name}: {pr['python_executable']} "
             + (f"imports {bs.package} from {', '.join(found)}" if found else f"does not import {bs.package} at all")
             + f", not from site_packages {pr['site_packages']}: refusing (a deploy there would be smoke-tested on "
-              f"the wrong copy)",
+            f"the wrong copy)",
             hint="make `site_packages` in the inventory the directory this `python` imports it from (or drop it to "
-                 "ask the interpreter), or point `python` at the right interpreter",
-            details={"host": h.name, "import_check": where})
+            "ask the interpreter), or point `python` at the right interpreter",
+            details={"host": h.name, "import_check": where},
+        )
 
 
 def require_python(h: HostConfig, pr: dict[str, Any]) -> None:
     pyv = tuple(int(x) for x in pr["python_version"].split(".")[:2])
     if pyv < MIN_PYTHON:
-        raise HostRefusedError(f"{h.name}: the host's Python is {pr['python_version']}; SGLang needs >= 3.10",
-                               details={"host": h.name})
+        raise HostRefusedError(
+            f"{h.name}: the host's Python is {pr['python_version']}; SGLang needs >= 3.10", details={"host": h.name}
+        )
 
 
 def require_state_outside_site(h: HostConfig, pr: dict[str, Any]) -> None:
     if pr.get("state_inside_site"):
-        raise HostRefusedError(f"{h.name}: state_dir {pr['state_dir']} is inside site-packages; backups there could be imported",
-                               hint="set state_dir outside site-packages in the inventory", details={"host": h.name})
+        raise HostRefusedError(
+            f"{h.name}: state_dir {pr['state_dir']} is inside site-packages; backups there could be imported",
+            hint="set state_dir outside site-packages in the inventory",
+            details={"host": h.name},
+        )
 
 
 def plan_files(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> list[FilePlan]:
@@ -246,16 +276,20 @@ def plan_files(h: HostConfig, bs: BuildSet, pr: dict[str, Any]) -> list[FilePlan
             drift.append(f"{f.path}: is a symlink on the host")
             continue
         state, series = classify(f, cur, ours)
-        files.append(FilePlan(f.path, f.action, state, cur, send=state in ("pristine", "ours"), series=series,
-                              size=len(f.data or b"")))
+        files.append(
+            FilePlan(f.path, f.action, state, cur, send=state in ("pristine", "ours"), series=series, size=len(f.data or b""))
+        )
         if state == "drifted":
-            drift.append(f"{f.path}: sha256 {cur or '(missing)'} is neither pristine {f.pristine_sha256 or '(absent)'} "
-                         f"nor patched {f.patched_sha256 or '(absent)'}")
+            drift.append(
+                f"{f.path}: sha256 {cur or '(missing)'} is neither pristine {f.pristine_sha256 or '(absent)'} "
+                f"nor patched {f.patched_sha256 or '(absent)'}"
+            )
     if drift:
         raise DriftError(
             f"{h.name}: {len(drift)} target file(s) drifted; refusing before any write:\n  " + "\n  ".join(drift),
             hint=f"inspect with: ddtree-deploy status {h.name}; reinstall sglang=={bs.version} on the host to get pristine files",
-            details={"host": h.name, "drifted": drift})
+            details={"host": h.name, "drifted": drift},
+        )
     return files
 
 
@@ -264,10 +298,15 @@ def refuse_if_locked(h: HostConfig, pr: dict[str, Any]) -> None:
     if lock:
         raise LockHeldError(
             f"{h.name}: deploy lock held by {lock.get('who')} since {lock.get('when')} ({lock.get('op')} {lock.get('deploy_id')}"
-            f"{', why: ' + lock['why'] if lock.get('why') else ''})" + ("; its process is gone" if lock.get("alive") is False else ""),
-            hint=(f"an interrupted deploy: ddtree-deploy status {h.name}, then ddtree-deploy rollback {h.name}"
-                  if lock.get("alive") is False else f"wait, or if you are sure: ddtree-deploy lock release {h.name}"),
-            details={"host": h.name, "holder": lock})
+            f"{', why: ' + lock['why'] if lock.get('why') else ''})"
+            + ("; its process is gone" if lock.get("alive") is False else ""),
+            hint=(
+                f"an interrupted deploy: ddtree-deploy status {h.name}, then ddtree-deploy rollback {h.name}"
+                if lock.get("alive") is False
+                else f"wait, or if you are sure: ddtree-deploy lock release {h.name}"
+            ),
+            details={"host": h.name, "holder": lock},
+        )
 
 
 def refuse_if_needs_human(h: HostConfig, pr: dict[str, Any]) -> None:
@@ -277,8 +316,9 @@ def refuse_if_needs_human(h: HostConfig, pr: dict[str, Any]) -> None:
             f"{h.name}: deploy {broken[-1]['deploy_id']} could not be restored earlier and needs a human: "
             + "; ".join(broken[-1].get("restore_problems", [])[:3]),
             hint=f"ddtree-deploy status {h.name}; fix the backup/files, then ddtree-deploy rollback {h.name} "
-                 f"(or, after reinstalling sglang, remove {pr['state_dir']}/deploys/{broken[-1]['deploy_id']})",
-            details={"host": h.name, "needs_human": broken[-1]["deploy_id"]})
+            f"(or, after reinstalling sglang, remove {pr['state_dir']}/deploys/{broken[-1]['deploy_id']})",
+            details={"host": h.name, "needs_human": broken[-1]["deploy_id"]},
+        )
 
 
 def refuse_if_interrupted(h: HostConfig, pr: dict[str, Any]) -> None:
@@ -287,7 +327,9 @@ def refuse_if_interrupted(h: HostConfig, pr: dict[str, Any]) -> None:
     if stuck and not pr.get("lock"):
         raise HostRefusedError(
             f"{h.name}: deploy {stuck[-1]['deploy_id']} was interrupted ({stuck[-1]['status']}); the host may be mixed",
-            hint=f"ddtree-deploy rollback {h.name}", details={"host": h.name, "interrupted": stuck[-1]["deploy_id"]})
+            hint=f"ddtree-deploy rollback {h.name}",
+            details={"host": h.name, "interrupted": stuck[-1]["deploy_id"]},
+        )
 
 
 def check_disk(h: HostConfig, pr: dict[str, Any], sending: list[FilePlan]) -> None:
@@ -302,9 +344,11 @@ def check_disk(h: HostConfig, pr: dict[str, Any], sending: list[FilePlan]) -> No
     if not pr.get("state_writable"):
         denied.append(f"state_dir {pr['state_dir']}")
     if denied:
-        raise HostRefusedError(f"{h.name}: permission denied (cannot write): {', '.join(denied)}",
-                               hint="check the SSH user's rights on the host (or a read-only/immutable file)",
-                               details={"host": h.name, "denied": denied})
+        raise HostRefusedError(
+            f"{h.name}: permission denied (cannot write): {', '.join(denied)}",
+            hint="check the SSH user's rights on the host (or a read-only/immutable file)",
+            details={"host": h.name, "denied": denied},
+        )
     need_site = sum(fp.size for fp in sending) + FREE_MARGIN
     need_state = sum((pr["files"][fp.path].get("size") or 0) for fp in sending) + FREE_MARGIN
     free = dict(pr.get("free_bytes", {}))
@@ -316,7 +360,9 @@ def check_disk(h: HostConfig, pr: dict[str, Any], sending: list[FilePlan]) -> No
         if free.get(key) is not None and free[key] < need:
             raise HostRefusedError(
                 f"{h.name}: not enough free disk for {key} ({free[key]} bytes free, need {need})",
-                hint="free some space on the host", details={"host": h.name, "free_bytes": free})
+                hint="free some space on the host",
+                details={"host": h.name, "free_bytes": free},
+            )
 
 
 def with_contents(hc: HostConnection, plan: Plan, bs: BuildSet) -> None:
@@ -352,32 +398,68 @@ def test_hooks() -> dict[str, float]:
         raise UsageError("DDTREE_DEPLOY_TEST_HOOKS is not a JSON object", hint="unset DDTREE_DEPLOY_TEST_HOOKS") from None
     bad = sorted(set(hooks) - set(TEST_HOOK_DELAYS))
     if bad:
-        raise UsageError(f"DDTREE_DEPLOY_TEST_HOOKS: unknown hook(s) {', '.join(bad)} (only delays exist: "
-                         f"{', '.join(TEST_HOOK_DELAYS)})", hint="unset DDTREE_DEPLOY_TEST_HOOKS")
+        raise UsageError(
+            f"DDTREE_DEPLOY_TEST_HOOKS: unknown hook(s) {', '.join(bad)} (only delays exist: {', '.join(TEST_HOOK_DELAYS)})",
+            hint="unset DDTREE_DEPLOY_TEST_HOOKS",
+        )
     return {k: float(v) for k, v in hooks.items()}
 
 
-def apply(hc: HostConnection, bs: BuildSet, plan: Plan, *, deploy_id: str, why: str | None,
-          on_event: Callable[[dict[str, Any]], None] | None = None, on_sent: Callable[[int], None] | None = None,
-          cancel: threading.Event | None = None) -> dict[str, Any]:
+def apply(
+    hc: HostConnection,
+    bs: BuildSet,
+    plan: Plan,
+    *,
+    deploy_id: str,
+    why: str | None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    on_sent: Callable[[int], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
     h = hc.host
     by_path = {f.path: f for f in bs.files}
     send = plan.to_send
     hooks = test_hooks()
     req = {
-        "op": "apply", "package": bs.package, "site_packages": h.site_packages, "state_dir": h.state_dir,
-        "deploy_id": deploy_id, "who": whoami(), "user": whoami().split("@")[0],
-        "why": why, "series_id": bs.series_id, "version": bs.version,
-        "files": [{"path": fp.path, "action": fp.action, "sha256": by_path[fp.path].patched_sha256,
-                   "mode": by_path[fp.path].mode, "size": fp.size, "allowed_current": [fp.current_sha256]}
-                  for fp in send],
-        "smoke": {"compile": bs.compile_paths(), "modules": smoke_modules(h, bs), "run": smoke_run(h, bs),
-                  "timeout": h.smoke_timeout},
+        "op": "apply",
+        "package": bs.package,
+        "site_packages": h.site_packages,
+        "state_dir": h.state_dir,
+        "deploy_id": deploy_id,
+        "who": whoami(),
+        "user": whoami().split("@")[0],
+        "why": why,
+        "series_id": bs.series_id,
+        "version": bs.version,
+        "files": [
+            {
+                "path": fp.path,
+                "action": fp.action,
+                "sha256": by_path[fp.path].patched_sha256,
+                "mode": by_path[fp.path].mode,
+                "size": fp.size,
+                "allowed_current": [fp.current_sha256],
+            }
+            for fp in send
+        ],
+        "smoke": {
+            "compile": bs.compile_paths(),
+            "modules": smoke_modules(h, bs),
+            "run": smoke_run(h, bs),
+            "timeout": h.smoke_timeout,
+        },
         "test_hooks": {k: v for k, v in hooks.items() if k != "throttle"},
     }
     payload = [by_path[fp.path].data or b"" for fp in send if fp.action != "delete"]
-    return hc.run_agent(req, payload, on_event=on_event, on_sent=on_sent, cancel=cancel,
-                        timeout=h.smoke_timeout * 2 + 600, throttle=hooks.get("throttle", 0.0))
+    return hc.run_agent(
+        req,
+        payload,
+        on_event=on_event,
+        on_sent=on_sent,
+        cancel=cancel,
+        timeout=h.smoke_timeout * 2 + 600,
+        throttle=hooks.get("throttle", 0.0),
+    )
 
 
 # A module the series ships that checks itself on the host (``python -m ...``, exit 0 = healthy).
@@ -399,18 +481,38 @@ def smoke_modules(h: HostConfig, bs: BuildSet | None) -> list[str]:
     return bs.default_smoke_modules() if bs else []
 
 
-def rollback(hc: HostConnection, *, to: str | None, why: str | None = None, expect_latest: str | None = None,
-             dry_run: bool = False, force: bool = False,
-             on_event: Callable[[dict[str, Any]], None] | None = None,
-             cancel: threading.Event | None = None) -> dict[str, Any]:
+def rollback(
+    hc: HostConnection,
+    *,
+    to: str | None,
+    why: str | None = None,
+    expect_latest: str | None = None,
+    dry_run: bool = False,
+    force: bool = False,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
     """Undo deploys. The agent checks every backup and every current file before its first write;
     ``dry_run`` only reports what would be restored; ``force`` restores over files edited on the host
     after the deploy, keeping a copy of each in the state dir first."""
     h = hc.host
-    return hc.run_agent({"op": "rollback", "site_packages": h.site_packages, "state_dir": h.state_dir,
-                         "to": to, "deploy_id": new_deploy_id(), "who": whoami(), "why": why,
-                         "expect_latest": expect_latest, "dry_run": dry_run, "force": force},
-                        on_event=on_event, cancel=cancel, timeout=600)
+    return hc.run_agent(
+        {
+            "op": "rollback",
+            "site_packages": h.site_packages,
+            "state_dir": h.state_dir,
+            "to": to,
+            "deploy_id": new_deploy_id(),
+            "who": whoami(),
+            "why": why,
+            "expect_latest": expect_latest,
+            "dry_run": dry_run,
+            "force": force,
+        },
+        on_event=on_event,
+        cancel=cancel,
+        timeout=600,
+    )
 
 
 def deployed_paths(records: list[dict[str, Any]]) -> list[str]:
@@ -431,9 +533,20 @@ def smoke(hc: HostConnection, bs: BuildSet | None, *, on_event=None, cancel=None
     mods = smoke_modules(h, bs)
     if h.smoke_modules is None and not bs:
         mods = [p[:-3].replace("/", ".").removesuffix(".__init__") for p in paths if p.endswith(".py")]
-    return hc.run_agent({"op": "smoke", "site_packages": h.site_packages, "package": bs.package if bs else "sglang",
-                         "compile": paths, "modules": mods,
-                         "run": smoke_run(h, bs), "timeout": h.smoke_timeout}, on_event=on_event, cancel=cancel, timeout=h.smoke_timeout * 2 + 60)
+    return hc.run_agent(
+        {
+            "op": "smoke",
+            "site_packages": h.site_packages,
+            "package": bs.package if bs else "sglang",
+            "compile": paths,
+            "modules": mods,
+            "run": smoke_run(h, bs),
+            "timeout": h.smoke_timeout,
+        },
+        on_event=on_event,
+        cancel=cancel,
+        timeout=h.smoke_timeout * 2 + 60,
+    )
 
 
 def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
@@ -473,9 +586,15 @@ def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
     last = next((r for r in reversed(records) if r.get("op") == "push"), None)
     stuck = [r["deploy_id"] for r in records if r.get("status") in INTERRUPTED]
     return {
-        "host": hc.host.name, "site_packages": pr["site_packages"], "package_version": pr.get("package_version"),
-        "python_version": pr.get("python_version"), "lock": pr.get("lock"), "files": files,
-        "last_deploy": {k: last.get(k) for k in ("deploy_id", "status", "series_id", "who", "started", "finished", "failure")} if last else None,
+        "host": hc.host.name,
+        "site_packages": pr["site_packages"],
+        "package_version": pr.get("package_version"),
+        "python_version": pr.get("python_version"),
+        "lock": pr.get("lock"),
+        "files": files,
+        "last_deploy": {k: last.get(k) for k in ("deploy_id", "status", "series_id", "who", "started", "finished", "failure")}
+        if last
+        else None,
         "interrupted": stuck,
         "needs_human": [r["deploy_id"] for r in records if r.get("status") == NEEDS_HUMAN],
         "applied": [r["deploy_id"] for r in records if r.get("status") in APPLIED],
@@ -491,5 +610,4 @@ def lock_status(hc: HostConnection) -> dict[str, Any] | None:
 
 
 def lock_release(hc: HostConnection, *, dry_run: bool = False) -> dict[str, Any]:
-    return hc.run_agent({"op": "lock_release", "state_dir": hc.host.state_dir, "who": whoami(), "dry_run": dry_run},
-                        timeout=60)
+    return hc.run_agent({"op": "lock_release", "state_dir": hc.host.state_dir, "who": whoami(), "dry_run": dry_run}, timeout=60)

@@ -20,8 +20,7 @@ ENV_VAR = "DDTREE_DEPLOY_INVENTORY"
 DEFAULT_STATE_DIR = "~/.local/state/ddtree-deploy"
 DEFAULT_SMOKE_TIMEOUT = 300.0
 
-_STR_KEYS = ("target", "identity_file", "known_hosts", "python", "site_packages", "restart_command",
-             "health_url", "state_dir")
+_STR_KEYS = ("target", "identity_file", "known_hosts", "python", "site_packages", "restart_command", "health_url", "state_dir")
 _KNOWN = set(_STR_KEYS) | {"smoke_modules", "smoke_run", "smoke_timeout", "health_timeout", "bench", "description"}
 
 
@@ -135,7 +134,9 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
     try:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise InventoryError(f"inventory {p} not found", hint="create it (see the README, 'Inventory') or pass --inventory PATH") from None
+        raise InventoryError(
+            f"inventory {p} not found", hint="create it (see the README, 'Inventory') or pass --inventory PATH"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InventoryError(f"inventory {p} is not valid TOML: {exc}") from None
     hosts_t = data.get("hosts", {})

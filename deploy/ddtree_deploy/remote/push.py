@@ -41,6 +41,7 @@ def _event_cb(h: HostConfig, report: Reporter):
         if ph == "test-hook":
             return
         report.phase(h.name, ph, PHASES.get(ph))
+
     return cb
 
 
@@ -73,14 +74,18 @@ def _interrupted(h: HostConfig, deploy_id: str, exc: DDTreeDeployError) -> Inter
     return Interrupted(
         f"{h.name}: interrupted during deploy {deploy_id}; a partial upload is discarded by the host, a "
         f"complete one finishes (or rolls back) on its own and is recorded",
-        hint=f"ddtree-deploy status {h.name}", details={**exc.details, "deploy_id": deploy_id})
+        hint=f"ddtree-deploy status {h.name}",
+        details={**exc.details, "deploy_id": deploy_id},
+    )
 
 
 def push_pipeline(bs: BuildSet, opts: PushOptions):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         if opts.restart and not h.restart_command:
-            raise UsageError(f"{h.name}: --restart, but the inventory has no restart_command for this host",
-                             hint=f"add restart_command (and health_url) to [hosts.{h.name}], or drop --restart")
+            raise UsageError(
+                f"{h.name}: --restart, but the inventory has no restart_command for this host",
+                hint=f"add restart_command (and health_url) to [hosts.{h.name}], or drop --restart",
+            )
         hc = _connect(h, report, opts.accept_new_host_key)
         try:
             report.phase(h.name, "preflight", 15)
@@ -95,12 +100,18 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
                 msg = f"would change {len(send)} file(s) ({plan.bytes_to_send} bytes); wrote nothing"
                 if lock:
                     msg += f"; NOTE: the deploy lock is held by {lock.get('who')} ({lock.get('deploy_id')})"
-                return HostResult(h.name, True, "would-change" if send else "unchanged", 0, msg,
-                                  data={"files": files, "diffs": diffs})
+                return HostResult(
+                    h.name, True, "would-change" if send else "unchanged", 0, msg, data={"files": files, "diffs": diffs}
+                )
             if not send:
-                return HostResult(h.name, True, "unchanged", 0,
-                                  f"already patched with {bs.series_id}: nothing to send",
-                                  data={"files": files, "wire_bytes": hc.bytes_sent})
+                return HostResult(
+                    h.name,
+                    True,
+                    "unchanged",
+                    0,
+                    f"already patched with {bs.series_id}: nothing to send",
+                    data={"files": files, "wire_bytes": hc.bytes_sent},
+                )
             deploy_id = hostops.new_deploy_id()
             sent = [0]
 
@@ -111,8 +122,9 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
 
             report.phase(h.name, "uploading", 20)
             try:
-                rec = hostops.apply(hc, bs, plan, deploy_id=deploy_id, why=opts.why, on_event=_event_cb(h, report),
-                                    on_sent=on_sent, cancel=cancel)
+                rec = hostops.apply(
+                    hc, bs, plan, deploy_id=deploy_id, why=opts.why, on_event=_event_cb(h, report), on_sent=on_sent, cancel=cancel
+                )
             except DDTreeDeployError as exc:  # every outcome says what went over the wire
                 exc.details["files_sent"], exc.details["bytes_sent"] = _sent_counts(send, sent[0])
                 if isinstance(exc, Interrupted):
@@ -120,13 +132,21 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
                 if isinstance(exc, RemoteError):
                     exc.details.setdefault("deploy_id", deploy_id)
                     if exc.details.get("connection_lost"):
-                        exc.hint = exc.hint or (f"check, then undo if needed: ddtree-deploy status {h.name}; "
-                                                f"ddtree-deploy rollback {h.name}")
+                        exc.hint = exc.hint or (
+                            f"check, then undo if needed: ddtree-deploy status {h.name}; ddtree-deploy rollback {h.name}"
+                        )
                 raise
-            result = HostResult(h.name, True, "deployed", 0,
-                                f"deployed {bs.series_id}: {len(send)} file(s), compile + smoke ok",
-                                deploy_id=deploy_id, files_sent=len(send), bytes_sent=plan.bytes_to_send,
-                                data={"files": files, "checks": rec.get("checks"), "wire_bytes": hc.bytes_sent})
+            result = HostResult(
+                h.name,
+                True,
+                "deployed",
+                0,
+                f"deployed {bs.series_id}: {len(send)} file(s), compile + smoke ok",
+                deploy_id=deploy_id,
+                files_sent=len(send),
+                bytes_sent=plan.bytes_to_send,
+                data={"files": files, "checks": rec.get("checks"), "wire_bytes": hc.bytes_sent},
+            )
             if opts.restart:
                 try:
                     _service_step(hc, bs, deploy_id, opts, report, cancel)
@@ -137,6 +157,7 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
             return result
         finally:
             hc.close()
+
     return run
 
 
@@ -176,8 +197,9 @@ def _restart(hc: HostConnection, report: Reporter) -> tuple[bool, str]:
     return True, "ok"
 
 
-def _service_step(hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOptions, report: Reporter,
-                  cancel: threading.Event) -> None:
+def _service_step(
+    hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOptions, report: Reporter, cancel: threading.Event
+) -> None:
     h = hc.host
     ok, why = _restart(hc, report)
     if ok:
@@ -188,14 +210,20 @@ def _service_step(hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOp
     if ok:
         return
     if opts.no_rollback:
-        raise SmokeFailedError(f"{h.name}: {why}; left deployed ({deploy_id}) because of --no-rollback",
-                               hint=f"ddtree-deploy rollback {h.name}", details={"deploy_id": deploy_id})
+        raise SmokeFailedError(
+            f"{h.name}: {why}; left deployed ({deploy_id}) because of --no-rollback",
+            hint=f"ddtree-deploy rollback {h.name}",
+            details={"deploy_id": deploy_id},
+        )
     report.phase(h.name, "rolling back", 98)
     hostops.rollback(hc, to=None, why=f"service step failed: {why}", expect_latest=deploy_id)
     ok2, why2 = _restart(hc, report)
-    raise RolledBackError(f"{h.name}: {why}; rolled back {deploy_id} (verified)"
-                          + ("" if ok2 else f"; the restart after rollback ALSO failed: {why2}"),
-                          hint=f"ddtree-deploy status {h.name}", details={"deploy_id": deploy_id})
+    raise RolledBackError(
+        f"{h.name}: {why}; rolled back {deploy_id} (verified)"
+        + ("" if ok2 else f"; the restart after rollback ALSO failed: {why2}"),
+        hint=f"ddtree-deploy status {h.name}",
+        details={"deploy_id": deploy_id},
+    )
 
 
 def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
@@ -207,22 +235,30 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
             if not chk.get("ok"):
                 raise SmokeFailedError(
                     f"{h.name}: {chk.get('failed_step')} failed on the host (nothing was changed):\n"
-                    + chk.get("output_tail", "")[-1500:], hint=f"ddtree-deploy rollback {h.name}",
-                    details={"checks": chk})
-            return HostResult(h.name, True, "smoke-ok", 0,
-                              f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)"
-                              + (f", ran {', '.join(chk['run'])}" if chk.get("run") else ""),
-                              data={"checks": chk, "import_check": res.get("import_check")})
+                    + chk.get("output_tail", "")[-1500:],
+                    hint=f"ddtree-deploy rollback {h.name}",
+                    details={"checks": chk},
+                )
+            return HostResult(
+                h.name,
+                True,
+                "smoke-ok",
+                0,
+                f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)"
+                + (f", ran {', '.join(chk['run'])}" if chk.get("run") else ""),
+                data={"checks": chk, "import_check": res.get("import_check")},
+            )
+
     return run
 
 
-def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None = None, *,
-                      dry_run: bool = False, force: bool = False):
+def rollback_pipeline(
+    to: str | None, accept_new: bool = False, why: str | None = None, *, dry_run: bool = False, force: bool = False
+):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         with _connect(h, report, accept_new) as hc:
             report.phase(h.name, "rolling back" if not dry_run else "checking the rollback", 30)
-            res = hostops.rollback(hc, to=to, why=why, dry_run=dry_run, force=force, on_event=_event_cb(h, report),
-                                   cancel=cancel)
+            res = hostops.rollback(hc, to=to, why=why, dry_run=dry_run, force=force, on_event=_event_cb(h, report), cancel=cancel)
             if dry_run:
                 steps = res.get("would_undo", [])
                 if not steps:
@@ -230,13 +266,17 @@ def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None 
                 n = sum(1 for s in steps for f in s["files"] if f["write"])
                 problems = []
                 if res.get("broken_backups"):
-                    problems.append(f"{len(res['broken_backups'])} broken backup(s): "
-                                    + ", ".join(b["path"] for b in res["broken_backups"]))
+                    problems.append(
+                        f"{len(res['broken_backups'])} broken backup(s): " + ", ".join(b["path"] for b in res["broken_backups"])
+                    )
                 if res.get("edited"):
-                    problems.append(f"{len(res['edited'])} file(s) edited on the host (needs --force): "
-                                    + ", ".join(e["path"] for e in res["edited"]))
-                msg = (f"would undo {', '.join(s['deploy_id'] for s in steps)}: {n} file(s) to restore; wrote nothing"
-                       + ("; WOULD BE REFUSED: " + "; ".join(problems) if problems else ""))
+                    problems.append(
+                        f"{len(res['edited'])} file(s) edited on the host (needs --force): "
+                        + ", ".join(e["path"] for e in res["edited"])
+                    )
+                msg = f"would undo {', '.join(s['deploy_id'] for s in steps)}: {n} file(s) to restore; wrote nothing" + (
+                    "; WOULD BE REFUSED: " + "; ".join(problems) if problems else ""
+                )
                 return HostResult(h.name, True, "would-roll-back", 0, msg, deploy_id=steps[0]["deploy_id"], data=res)
             undone = res.get("undone", [])
             if not undone:
@@ -247,6 +287,7 @@ def rollback_pipeline(to: str | None, accept_new: bool = False, why: str | None 
             if res.get("kept"):
                 msg += f"; kept {len(res['kept'])} host-edited file(s) under {h.state_dir}/edited/"
             return HostResult(h.name, True, "rolled-back", 0, msg, deploy_id=undone[0]["deploy_id"], files_sent=0, data=res)
+
     return run
 
 
@@ -267,6 +308,7 @@ def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
                 summary += f"; locked by {st['lock'].get('who')} ({st['lock'].get('deploy_id')})"
             ok = not st["interrupted"] and not st["needs_human"] and not counts.get("unknown")
             return HostResult(h.name, True, "ok" if ok else "attention", 0, summary, data=st)
+
     return run
 
 
@@ -275,6 +317,7 @@ def history_pipeline(limit: int | None, accept_new: bool = False):
         with _connect(h, report, accept_new) as hc:
             entries = hostops.history(hc, limit)
             return HostResult(h.name, True, "ok", 0, f"{len(entries)} entries", data={"entries": entries})
+
     return run
 
 
@@ -286,18 +329,32 @@ def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = Fals
                 if not lk:
                     return HostResult(h.name, True, "free", 0, "no deploy lock held", data={"lock": None})
                 alive = {True: "alive", False: "its process is GONE", None: "liveness unknown"}[lk.get("alive")]
-                return HostResult(h.name, True, "held", 0,
-                                  f"held by {lk.get('who')} since {lk.get('when')} ({lk.get('op')} {lk.get('deploy_id')}, "
-                                  f"why: {lk.get('why') or '-'}; {alive})", data={"lock": lk})
+                return HostResult(
+                    h.name,
+                    True,
+                    "held",
+                    0,
+                    f"held by {lk.get('who')} since {lk.get('when')} ({lk.get('op')} {lk.get('deploy_id')}, "
+                    f"why: {lk.get('why') or '-'}; {alive})",
+                    data={"lock": lk},
+                )
             res = hostops.lock_release(hc, dry_run=dry_run)
             if res.get("would_release"):
                 holder = res.get("holder") or {}
-                return HostResult(h.name, True, "would-release", 0,
-                                  f"would release the lock of {holder.get('who')} ({holder.get('op')} "
-                                  f"{holder.get('deploy_id')}, since {holder.get('when')}); wrote nothing", data=res)
+                return HostResult(
+                    h.name,
+                    True,
+                    "would-release",
+                    0,
+                    f"would release the lock of {holder.get('who')} ({holder.get('op')} "
+                    f"{holder.get('deploy_id')}, since {holder.get('when')}); wrote nothing",
+                    data=res,
+                )
             if not res.get("released"):
                 return HostResult(h.name, True, "free", 0, "no deploy lock was held", data=res)
             holder = res.get("holder") or {}
-            return HostResult(h.name, True, "released", 0,
-                              f"released the lock of {holder.get('who')} ({holder.get('deploy_id')})", data=res)
+            return HostResult(
+                h.name, True, "released", 0, f"released the lock of {holder.get('who')} ({holder.get('deploy_id')})", data=res
+            )
+
     return run

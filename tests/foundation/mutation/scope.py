@@ -60,15 +60,17 @@ def main(argv: list[str]) -> int:
     with use_db(session, WorkDB.Mode.open) as db:
         skip = []
         for item in db.work_items:
-            inside = all(any(a <= m.start_pos[0] <= b for a, b in scope.get(str(Path(m.module_path).resolve()), []))
-                         and not in_annotation(m) for m in item.mutations)
+            inside = all(
+                any(a <= m.start_pos[0] <= b for a, b in scope.get(str(Path(m.module_path).resolve()), []))
+                and not in_annotation(m)
+                for m in item.mutations
+            )
             if inside:
                 kept += 1
             else:
                 skip.append(item.job_id)
         skipped = len(skip)
-        db.set_multiple_results(skip, WorkResult(output=None, test_outcome=None, diff=None,
-                                                 worker_outcome=WorkerOutcome.SKIPPED))
+        db.set_multiple_results(skip, WorkResult(output=None, test_outcome=None, diff=None, worker_outcome=WorkerOutcome.SKIPPED))
     print(f"scope: {kept} mutation(s) in scope, {skipped} skipped", file=sys.stderr)
     return 0
 
