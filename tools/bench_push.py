@@ -132,7 +132,7 @@ def main() -> int:
         pipeline = push_pipeline(bs, PushOptions())
 
         def push(n: int):
-            rs = run_fleet(all_cfg[:n], pipeline, title="bench", quiet=True)
+            rs = run_fleet(all_cfg[:n], pipeline, title="bench")
             bad = [r for r in rs if not r.ok]
             if bad:
                 raise SystemExit(f"push failed: {bad[0].message}")

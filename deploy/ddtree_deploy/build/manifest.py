@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ddtree_deploy.errors import DDTreeDeployError, ExitCode
+from ddtree_deploy.remote.protocol import ErrorKind
 
 FORMAT = 1
 MANIFEST_NAME = "manifest.json"
@@ -18,6 +19,7 @@ MANIFEST_NAME = "manifest.json"
 
 class ManifestError(DDTreeDeployError):
     exit_code = ExitCode.USAGE
+    kind = ErrorKind.MANIFEST
 
 
 @dataclass

@@ -15,7 +15,7 @@ Once the whole payload is in, an ``apply`` or ``rollback`` runs to its end even 
 drops (SIGHUP and broken pipes are ignored), and every step is journaled in the deploy record, so
 a host is never left changed without a record saying what to undo.
 
-Needs only the standard library (Python >= 3.8). State directory layout: see the README ("State directory on a host").
+Needs only the standard library (Python >= 3.8). State directory layout: see docs/deploy.md ("State directory on a host").
 """
 
 import errno

@@ -182,14 +182,12 @@ def run_fleet(
     on_event: OnEvent | None = None,
     title: str = "",
     max_workers: int = 32,
-    quiet: bool = True,
 ) -> FleetResult:
     """Run ``pipeline`` for every host in parallel; return the results in host order.
 
     ``on_event`` gets every phase and note of every host (see :class:`Reporter`) and a ``DONE``
     event per host. On Ctrl-C every host is told to stop, and :class:`FleetInterrupted` carries
-    the hosts that ended. (``quiet`` is accepted for older callers and does nothing: this module
-    never prints.)
+    the hosts that ended. This module never prints.
     """
     cancel = threading.Event()
     reporter = Reporter(on_event)

@@ -135,7 +135,7 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
         data = tomllib.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise InventoryError(
-            f"inventory {p} not found", hint="create it (see the README, 'Inventory') or pass --inventory PATH"
+            f"inventory {p} not found", hint="create it (see docs/deploy.md, 'Inventory') or pass --inventory PATH"
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise InventoryError(f"inventory {p} is not valid TOML: {exc}") from None

@@ -54,6 +54,7 @@ class ErrorKind:
     PATCH_APPLY = "PatchApplyError"
     EMPTY_PATCH = "EmptyPatchError"
     COMPILE = "CompileError"
+    MANIFEST = "ManifestError"
     REMOTE = "RemoteError"
     HOST_REFUSED = "HostRefusedError"
     HOST_KEY = "HostKeyError"

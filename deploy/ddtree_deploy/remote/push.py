@@ -8,7 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from ddtree_deploy.errors import DDTreeDeployError, RemoteError, RolledBackError, SmokeFailedError, UsageError
+from ddtree_deploy.errors import DDTreeDeployError, ExitCode, RemoteError, RolledBackError, SmokeFailedError, UsageError
 from ddtree_deploy.remote import hostops
 from ddtree_deploy.remote.connection import HostConnection, Interrupted
 from ddtree_deploy.remote.fleet import HostResult, Reporter
@@ -101,14 +101,14 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
                 if lock:
                     msg += f"; NOTE: the deploy lock is held by {lock.get('who')} ({lock.get('deploy_id')})"
                 return HostResult(
-                    h.name, True, "would-change" if send else "unchanged", 0, msg, data={"files": files, "diffs": diffs}
+                    h.name, True, "would-change" if send else "unchanged", ExitCode.OK, msg, data={"files": files, "diffs": diffs}
                 )
             if not send:
                 return HostResult(
                     h.name,
                     True,
                     "unchanged",
-                    0,
+                    ExitCode.OK,
                     f"already patched with {bs.series_id}: nothing to send",
                     data={"files": files, "wire_bytes": hc.bytes_sent},
                 )
@@ -140,7 +140,7 @@ def push_pipeline(bs: BuildSet, opts: PushOptions):
                 h.name,
                 True,
                 "deployed",
-                0,
+                ExitCode.OK,
                 f"deployed {bs.series_id}: {len(send)} file(s), compile + smoke ok",
                 deploy_id=deploy_id,
                 files_sent=len(send),
@@ -243,7 +243,7 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
                 h.name,
                 True,
                 "smoke-ok",
-                0,
+                ExitCode.OK,
                 f"compiled {chk['compiled']} file(s), imported {len(chk['modules'])} module(s)"
                 + (f", ran {', '.join(chk['run'])}" if chk.get("run") else ""),
                 data={"checks": chk, "import_check": res.get("import_check")},
@@ -262,7 +262,7 @@ def rollback_pipeline(
             if dry_run:
                 steps = res.get("would_undo", [])
                 if not steps:
-                    return HostResult(h.name, True, "unchanged", 0, "nothing to roll back (dry run)", data=res)
+                    return HostResult(h.name, True, "unchanged", ExitCode.OK, "nothing to roll back (dry run)", data=res)
                 n = sum(1 for s in steps for f in s["files"] if f["write"])
                 problems = []
                 if res.get("broken_backups"):
@@ -277,16 +277,18 @@ def rollback_pipeline(
                 msg = f"would undo {', '.join(s['deploy_id'] for s in steps)}: {n} file(s) to restore; wrote nothing" + (
                     "; WOULD BE REFUSED: " + "; ".join(problems) if problems else ""
                 )
-                return HostResult(h.name, True, "would-roll-back", 0, msg, deploy_id=steps[0]["deploy_id"], data=res)
+                return HostResult(h.name, True, "would-roll-back", ExitCode.OK, msg, deploy_id=steps[0]["deploy_id"], data=res)
             undone = res.get("undone", [])
             if not undone:
-                return HostResult(h.name, True, "unchanged", 0, res.get("note", "nothing to roll back"), data=res)
+                return HostResult(h.name, True, "unchanged", ExitCode.OK, res.get("note", "nothing to roll back"), data=res)
             ids = ", ".join(u["deploy_id"] for u in undone)
             n = sum(len(u["files"]) for u in undone)
             msg = f"undid {ids}: {n} file(s) restored and verified"
             if res.get("kept"):
                 msg += f"; kept {len(res['kept'])} host-edited file(s) under {h.state_dir}/edited/"
-            return HostResult(h.name, True, "rolled-back", 0, msg, deploy_id=undone[0]["deploy_id"], files_sent=0, data=res)
+            return HostResult(
+                h.name, True, "rolled-back", ExitCode.OK, msg, deploy_id=undone[0]["deploy_id"], files_sent=0, data=res
+            )
 
     return run
 
@@ -307,7 +309,7 @@ def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
             if st["lock"]:
                 summary += f"; locked by {st['lock'].get('who')} ({st['lock'].get('deploy_id')})"
             ok = not st["interrupted"] and not st["needs_human"] and not counts.get("unknown")
-            return HostResult(h.name, True, "ok" if ok else "attention", 0, summary, data=st)
+            return HostResult(h.name, True, "ok" if ok else "attention", ExitCode.OK, summary, data=st)
 
     return run
 
@@ -316,7 +318,7 @@ def history_pipeline(limit: int | None, accept_new: bool = False):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         with _connect(h, report, accept_new) as hc:
             entries = hostops.history(hc, limit)
-            return HostResult(h.name, True, "ok", 0, f"{len(entries)} entries", data={"entries": entries})
+            return HostResult(h.name, True, "ok", ExitCode.OK, f"{len(entries)} entries", data={"entries": entries})
 
     return run
 
@@ -327,13 +329,13 @@ def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = Fals
             if action == "status":
                 lk = hostops.lock_status(hc)
                 if not lk:
-                    return HostResult(h.name, True, "free", 0, "no deploy lock held", data={"lock": None})
+                    return HostResult(h.name, True, "free", ExitCode.OK, "no deploy lock held", data={"lock": None})
                 alive = {True: "alive", False: "its process is GONE", None: "liveness unknown"}[lk.get("alive")]
                 return HostResult(
                     h.name,
                     True,
                     "held",
-                    0,
+                    ExitCode.OK,
                     f"held by {lk.get('who')} since {lk.get('when')} ({lk.get('op')} {lk.get('deploy_id')}, "
                     f"why: {lk.get('why') or '-'}; {alive})",
                     data={"lock": lk},
@@ -345,16 +347,21 @@ def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = Fals
                     h.name,
                     True,
                     "would-release",
-                    0,
+                    ExitCode.OK,
                     f"would release the lock of {holder.get('who')} ({holder.get('op')} "
                     f"{holder.get('deploy_id')}, since {holder.get('when')}); wrote nothing",
                     data=res,
                 )
             if not res.get("released"):
-                return HostResult(h.name, True, "free", 0, "no deploy lock was held", data=res)
+                return HostResult(h.name, True, "free", ExitCode.OK, "no deploy lock was held", data=res)
             holder = res.get("holder") or {}
             return HostResult(
-                h.name, True, "released", 0, f"released the lock of {holder.get('who')} ({holder.get('deploy_id')})", data=res
+                h.name,
+                True,
+                "released",
+                ExitCode.OK,
+                f"released the lock of {holder.get('who')} ({holder.get('deploy_id')})",
+                data=res,
             )
 
     return run
