@@ -291,11 +291,20 @@ def main() -> None:
                                              "greedy": greedy, "ref": ref_tokens})
                 # Draft-KV append: compacted hidden rows = the accepted nodes, in order,
                 # at positions prefix + 0.. ; committed prefix length = tau.
-                rows = kv["target_hidden"].view(BS, n, 4)[b, :a]
+                # Only the first w = min(b, B + 1) rows of each request reach the
+                # projection (at most b are committed), never all B + 1.
+                width = min(BLOCK, n)
+                case["kv_rows_projected"] = int(kv["target_hidden"].shape[0])
+                case["kv_rows_expected"] = BS * width
+                rows = kv["target_hidden"].view(BS, -1, 4)[b, :a]
                 if [int(r[1]) for r in rows] != path or int(kv["commit_lens"][b]) != a:
                     case["mismatch"].append({"step": step, "b": b, "kv_rows": [int(r[1]) for r in rows], "path": path})
-                if [int(p) for p in kv["positions"].view(BS, n)[b, :a]] != list(range(int(seq_lens[b]), int(seq_lens[b]) + a)):
+                if [int(p) for p in kv["positions"].view(BS, -1)[b, :a]] != list(range(int(seq_lens[b]), int(seq_lens[b]) + a)):
                     case["mismatch"].append({"step": step, "b": b, "kv_positions": True})
+                locs = kv["cache_loc_2d"]
+                want = [1000 + 256 * (b + 2) + int(seq_lens[b]) + j for j in range(a)]
+                if tuple(locs.shape)[0] != BS or [int(x) for x in locs[b, :a]] != want:
+                    case["mismatch"].append({"step": step, "b": b, "kv_locs": [int(x) for x in locs[b, :a]], "want": want})
                 state["ctx"][b] = ctx + emitted[:-1]
                 generated[b] += emitted
                 case["taus"].append(a)

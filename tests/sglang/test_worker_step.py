@@ -77,6 +77,20 @@ def test_debug_metrics_in_meta_info(report):
     assert sum(s["tree_depth_histogram"]) == 18
 
 
+def test_draft_kv_append_projects_only_committable_rows(report):
+    """Issue 9 (memory accounting, patch 0016): the draft-KV append gathers the first
+    w = min(b, B + 1) rows of each request's compacted verify block (at most b are committed)
+    before the drafter's projections, instead of projecting all bs * (B + 1) rows; the
+    accepted rows, their positions and draft cache slots are unchanged (checked per step in
+    the harness: case["mismatch"])."""
+    wide = 0
+    for case in report["cases"]:
+        assert case["kv_rows_projected"] == case["kv_rows_expected"], case
+        assert case["mismatch"] == [], case
+        wide += case["budget"] + 1 > 6  # B + 1 > b: the gather drops rows
+    assert wide >= 3
+
+
 def test_step_matches_offline_engine(report):
     assert len(report["offline"]) == 2
     for case in report["offline"]:
