@@ -11,9 +11,8 @@ import json
 import sys
 import types
 
-import torch
-
 import _graphs_harness
+import torch
 
 VOCAB = 50
 BLOCK = 8          # drafter block size b

@@ -91,6 +91,23 @@ def test_draft_kv_append_projects_only_committable_rows(report):
     assert wide >= 3
 
 
+def test_builder_graphs_captured_at_startup_never_in_a_step(report):
+    """Issue 9 (patch 0015): the worker captures the tree builder's graphs at start-up
+    (capture_ddtree_builder_graphs, largest first) and its decode steps only replay them: the
+    batch of 3 pads into the size-4 graph, the trees and tokens are unchanged. The control is the
+    builder the worker made before the fix: it captured inside the first decode step.
+    (CUDA graphs are stood in on the CPU: see run_graphed in the harness.)"""
+    g = report["graphed"]
+    worker, legacy = g["worker"], g["legacy"]
+    for case in (worker, legacy):
+        assert case["mismatch"] == [] and case["lossless"] and case["same_tree"], case
+    assert worker["captured"] == [1, 2, 4], worker
+    assert [e for e in worker["events"] if e[1] == "capture"] == [
+        ["startup", "capture", 4], ["startup", "capture", 2], ["startup", "capture", 1]], worker
+    assert worker["events"][3:] == [["forward", "replay", 4]] * 6, worker
+    assert ["forward", "capture", 3] in legacy["events"], legacy  # the detector works
+
+
 def test_step_matches_offline_engine(report):
     assert len(report["offline"]) == 2
     for case in report["offline"]:
