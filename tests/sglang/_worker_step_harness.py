@@ -203,10 +203,13 @@ def main() -> None:
         if mode == "worker":
             # The worker's own builder (never captures on a call) and its start-up capture,
             # for a stand-in plan (the real plan: test_memory_accounting.py).
-            w.ddtree_builder = w._make_tree_builder()
+            # (Without patch 0015 the worker has neither: its builder is the legacy one.)
+            make = getattr(w, "_make_tree_builder", None)
+            w.ddtree_builder = make() if make else W.GraphedTreeBuilder(budget)
             w.ddtree_builder_capture_plan = lambda: [1, 2, 4]
             GRAPHS["phase"] = "startup"
-            GRAPHS["captured"] = w.capture_ddtree_builder_graphs()
+            startup = getattr(w, "capture_ddtree_builder_graphs", None)
+            GRAPHS["captured"] = startup() if startup else None
             GRAPHS["phase"] = "forward"
         elif mode == "legacy":
             # What DDTreeWorkerV2 built before issue 9's fix: capture on first sight.
