@@ -34,6 +34,7 @@ def test_sampling_prewarm_covers_bs_times_budget_plus_one_rows(report):
     (what DDTREE inherited) rehearsed its chain sampler on bs x b rows with bs = rows // b
     (here 6 x 8 = 48 rows instead of 4 x 17 = 68)."""
     p = report["prewarm"]
+    assert "error" not in p, p
     budget, block, graph_max_bs, max_running = 16, 8, 4, 6
     bs = min(graph_max_bs * (budget + 1) // (budget + 1), max_running)
     assert p["shape"] == [bs, budget + 1], p
