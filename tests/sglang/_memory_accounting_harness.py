@@ -71,7 +71,8 @@ def prewarm_shape() -> dict:
     )
     w.__dict__.update(block_size=BLOCK, ddtree_budget=BUDGET, verify_width=BUDGET + 1,
                       device="cpu", model_runner=runner,
-                      model_config=types.SimpleNamespace(vocab_size=VOCAB))
+                      model_config=types.SimpleNamespace(vocab_size=VOCAB),
+                      _target_worker=types.SimpleNamespace(model_runner=runner))
     # The builder capture (patch 0015) runs first in prewarm_sampling; tested elsewhere.
     w.capture_ddtree_builder_graphs = lambda: []
     result = w.prewarm_sampling()
