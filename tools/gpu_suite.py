@@ -14,7 +14,9 @@ Checks, each printed as one line and collected into ``--json``:
 4. no host sync inside top-K + build + accept (``torch.cuda.set_sync_debug_mode("error")``);
 5. build + accept (the kernel) can be captured in a CUDA graph and replayed with identical results;
 6. ``GraphedTreeBuilder`` (what the SGLang worker calls) equals the eager builder across shapes
-   and evictions, and its per-call time is measured beside the eager builder's.
+   and evictions, and its per-call time is measured beside the eager builder's;
+7. ``GraphedTreeBuilder.capture`` (the worker's start-up capture): padded replays == eager, a batch
+   above the captured sizes is built eagerly, no call captures.
 Exits non-zero if any check fails.
 """
 
@@ -255,6 +257,24 @@ def main() -> int:
                f"B=256 median ms: {timing}")
     except Exception as exc:
         report("graphed_builder", False, f"{type(exc).__name__}: {exc}"[:300])
+
+    # 7. Start-up capture (what DDTreeWorkerV2 does): padded replays == eager, never a capture on a call
+    try:
+        gs = du.GraphedTreeBuilder(256, capture_on_call=False)
+        sizes = du.ddtree_builder_capture_sizes([1, 2, 4, 8, 16, 24, 32], 32)
+        captured = gs.capture(sizes, depth=15, topk=8, device="cuda")
+        bad7 = 0
+        for bs in (1, 3, 8, 9, 31, 32, 33, 2):  # 3 -> graph 4, 9 -> 16, 33 -> eager (logged once)
+            ids, lps, root, start = inputs(bs, 15, 8)
+            got = gs(ids, lps, root, start)
+            want = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
+            bad7 += not all(torch.equal(getattr(got, f), getattr(want, f)) for f in fields + ("node_logprobs",))
+        report("startup_capture", bad7 == 0 and captured == sizes and gs.num_graphs == len(sizes)
+               and gs.failed is None,
+               f"captured {captured} ({gs.graph_bytes / 2**20:.1f} MiB); 8 calls: {bad7} mismatches, "
+               f"graphs after calls {gs.num_graphs}, failed={gs.failed}")
+    except Exception as exc:
+        report("startup_capture", False, f"{type(exc).__name__}: {exc}"[:300])
 
     results["failures"] = failures
     if args.json:

@@ -199,6 +199,22 @@ def main() -> None:
         w._draft_write_ids = lambda plan: plan.write_virtual  # identity id space
         appended = []
         w._append_target_hidden_to_draft_kv_by_loc = lambda **kw: appended.append(kw)
+        mode = GRAPHS.get("mode")
+        if mode == "worker":
+            # The worker's own builder (never captures on a call) and its start-up capture,
+            # for a stand-in plan (the real plan: test_memory_accounting.py).
+            # (Without patch 0016 the worker has neither: its builder is the legacy one.)
+            make = getattr(w, "_make_tree_builder", None)
+            w.ddtree_builder = make() if make else W.GraphedTreeBuilder(budget)
+            w.ddtree_builder_capture_plan = lambda: [1, 2, 4]
+            GRAPHS["phase"] = "startup"
+            startup = getattr(w, "capture_ddtree_builder_graphs", None)
+            GRAPHS["captured"] = startup() if startup else None
+            GRAPHS["phase"] = "forward"
+        elif mode == "legacy":
+            # What DDTreeWorkerV2 built before issue 9's fix: capture on first sight.
+            w.ddtree_builder = W.GraphedTreeBuilder(budget)
+            GRAPHS["phase"] = "forward"
         return w, appended
 
     def drafter_block(batch, draft_input, rng):
@@ -291,11 +307,20 @@ def main() -> None:
                                              "greedy": greedy, "ref": ref_tokens})
                 # Draft-KV append: compacted hidden rows = the accepted nodes, in order,
                 # at positions prefix + 0.. ; committed prefix length = tau.
-                rows = kv["target_hidden"].view(BS, n, 4)[b, :a]
+                # Only the first w = min(b, B + 1) rows of each request reach the
+                # projection (at most b are committed), never all B + 1.
+                width = min(BLOCK, n)
+                case["kv_rows_projected"] = int(kv["target_hidden"].shape[0])
+                case["kv_rows_expected"] = BS * width
+                rows = kv["target_hidden"].view(BS, -1, 4)[b, :a]
                 if [int(r[1]) for r in rows] != path or int(kv["commit_lens"][b]) != a:
                     case["mismatch"].append({"step": step, "b": b, "kv_rows": [int(r[1]) for r in rows], "path": path})
-                if [int(p) for p in kv["positions"].view(BS, n)[b, :a]] != list(range(int(seq_lens[b]), int(seq_lens[b]) + a)):
+                if [int(p) for p in kv["positions"].view(BS, -1)[b, :a]] != list(range(int(seq_lens[b]), int(seq_lens[b]) + a)):
                     case["mismatch"].append({"step": step, "b": b, "kv_positions": True})
+                locs = kv["cache_loc_2d"]
+                want = [1000 + 256 * (b + 2) + int(seq_lens[b]) + j for j in range(a)]
+                if tuple(locs.shape)[0] != BS or [int(x) for x in locs[b, :a]] != want:
+                    case["mismatch"].append({"step": step, "b": b, "kv_locs": [int(x) for x in locs[b, :a]], "want": want})
                 state["ctx"][b] = ctx + emitted[:-1]
                 generated[b] += emitted
                 case["taus"].append(a)
@@ -315,11 +340,60 @@ def main() -> None:
         prompts = [[(7 * b + k) % VOCAB for k in range(3 + b)] for b in range(BS)]
         report["cases"].append(run_case(budget, topk, metrics, prompts, 6))
 
+    report["graphed"] = run_graphed(run_case)
+
     # Against the offline reference engine (tools/ddtree_offline): its tiny HF target and
     # SyntheticDrafter, batch 1 per prompt there, one batch of 3 in the worker here.
     report["offline"] = run_offline(run_case)
     report["verify_calls"] = state.get("verify_calls", 0)
     print("REPORT " + json.dumps(report))
+
+
+GRAPHS: dict = {}
+
+
+def run_graphed(run_case) -> dict:
+    """The decode step with the tree builder's CUDA graphs. STAND-IN (no CUDA here): graphs are
+    usable for CPU tensors, ``_capture`` records (phase, batch size) and returns a graph whose
+    ``replay()`` re-runs the eager builder from the captured static inputs into the captured
+    output buffers, and ``capture``'s torch.cuda calls (synchronize, memory_reserved,
+    graph_pool_handle) are no-ops. The worker step and the builder's bucket / padding / eager
+    logic are the shipped code."""
+    from sglang.srt.speculative import ddtree_utils as du
+
+    events: list = []
+
+    class FakeGraph:
+        def __init__(self, budget, static, out):
+            self.budget, self.static, self.out = budget, static, out
+
+        def replay(self):
+            events.append((GRAPHS.get("phase"), "replay", int(self.static[0].shape[0])))
+            du.build_ddtree_tree_from_topk(*self.static, self.budget, out=self.out)
+
+    def fake_capture(self, inputs, device, pool=None):
+        events.append((GRAPHS.get("phase"), "capture", int(inputs[0].shape[0])))
+        static = tuple(x.detach().clone() for x in inputs)
+        out = du.build_ddtree_tree_from_topk(*static, self.budget)
+        return FakeGraph(self.budget, static, out), static, out
+
+    du.GraphedTreeBuilder._capture = fake_capture
+    du.GraphedTreeBuilder._graphs_usable = lambda self, device: self.enabled and self.failed is None
+    torch.cuda.synchronize = lambda *a, **k: None
+    torch.cuda.memory_reserved = lambda *a, **k: 0
+    torch.cuda.graph_pool_handle = lambda: None
+    out = {}
+    for mode in ("worker", "legacy"):
+        GRAPHS.clear()
+        GRAPHS["mode"] = mode
+        del events[:]
+        prompts = [[(7 * b + k) % VOCAB for k in range(3 + b)] for b in range(BS)]
+        case = run_case(12, 3, False, prompts, 6)
+        out[mode] = {"events": list(events), "captured": GRAPHS.get("captured"),
+                     "mismatch": case["mismatch"], "lossless": case["lossless"],
+                     "same_tree": case["same_tree"]}
+    GRAPHS.clear()
+    return out
 
 
 def run_offline(run_case) -> list:

@@ -77,6 +77,37 @@ def test_debug_metrics_in_meta_info(report):
     assert sum(s["tree_depth_histogram"]) == 18
 
 
+def test_draft_kv_append_projects_only_committable_rows(report):
+    """Issue 9 (memory accounting, patch 0017): the draft-KV append gathers the first
+    w = min(b, B + 1) rows of each request's compacted verify block (at most b are committed)
+    before the drafter's projections, instead of projecting all bs * (B + 1) rows; the
+    accepted rows, their positions and draft cache slots are unchanged (checked per step in
+    the harness: case["mismatch"])."""
+    wide = 0
+    for case in report["cases"]:
+        assert case["kv_rows_projected"] == case["kv_rows_expected"], case
+        assert case["mismatch"] == [], case
+        wide += case["budget"] + 1 > 6  # B + 1 > b: the gather drops rows
+    assert wide >= 3
+
+
+def test_builder_graphs_captured_at_startup_never_in_a_step(report):
+    """Issue 9 (patch 0016): the worker captures the tree builder's graphs at start-up
+    (capture_ddtree_builder_graphs, largest first) and its decode steps only replay them: the
+    batch of 3 pads into the size-4 graph, the trees and tokens are unchanged. The control is the
+    builder the worker made before the fix: it captured inside the first decode step.
+    (CUDA graphs are stood in on the CPU: see run_graphed in the harness.)"""
+    g = report["graphed"]
+    worker, legacy = g["worker"], g["legacy"]
+    for case in (worker, legacy):
+        assert case["mismatch"] == [] and case["lossless"] and case["same_tree"], case
+    assert worker["captured"] == [1, 2, 4], worker
+    assert [e for e in worker["events"] if e[1] == "capture"] == [
+        ["startup", "capture", 4], ["startup", "capture", 2], ["startup", "capture", 1]], worker
+    assert worker["events"][3:] == [["forward", "replay", 4]] * 6, worker
+    assert ["forward", "capture", 3] in legacy["events"], legacy  # the detector works
+
+
 def test_step_matches_offline_engine(report):
     assert len(report["offline"]) == 2
     for case in report["offline"]:
