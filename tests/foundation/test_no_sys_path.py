@@ -17,7 +17,6 @@ SELF = Path(__file__).resolve()
 
 # path (relative to the repo; a trailing "/" means the whole folder) -> why it may edit sys.path
 ALLOWED = {
-    "tools/sglang_h200/": "the H200 harness runs on a bare GPU machine with nothing installed (docs/h200-harness.md)",
     "deploy/ddtree_deploy/remote/agent.py": "the host-side agent drops '' and '.' so the host's cwd cannot shadow the stdlib",
 }
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent / "standin"))
+# The stand-ins (`standin/`) come first on PYTHONPATH: h200.sh and tests/h200_harness put them there.
+import numpy as np
+import torch
+import torch.nn.functional as F
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-
-import sgl_kernel  # noqa: E402
-from sgl_kernel.utils import is_arch_support_pdl  # noqa: E402
+import sgl_kernel
+from sgl_kernel.utils import is_arch_support_pdl
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 

@@ -53,8 +53,7 @@ def _filter(info: tarfile.TarInfo):
 
 
 def make(out: Path, wheel_cache: Path) -> Path:
-    sys.path.insert(0, str(REPO / "deploy"))
-    from ddtree_deploy.build.overlay import patched_site
+    from ddtree_deploy.build.overlay import patched_site  # installed in the venv (`make h200-bundle`)
 
     site = patched_site()
     out.mkdir(parents=True, exist_ok=True)
