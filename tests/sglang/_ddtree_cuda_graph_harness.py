@@ -29,31 +29,22 @@ import sys
 from types import SimpleNamespace
 
 import torch
-from _graphs_harness import _stand_in_sgl_kernel  # run as a script: its folder is on sys.path
+from _graphs_harness import mock_cuda_platform  # run as a script: its folder is on sys.path
 
 BLOCK = 16
 MAX_CTX = 512  # --context-length for the fixture target (keeps the CPU buffers small)
 
 
 def _mock_cuda(cap) -> None:
-    _stand_in_sgl_kernel()
+    mock_cuda_platform(cap)
     import sgl_kernel.utils  # the stand-in
 
     # TritonAttnBackend.__init__ asks whether the arch supports programmatic dependent
     # launch (a kernel launch option; it sizes no buffer): answer no instead of raising.
     sgl_kernel.utils.is_arch_support_pdl = lambda *a, **k: False
-    torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: 1
-    torch.cuda.mem_get_info = lambda *a, **k: (140 << 30, 141 << 30)  # an H200-sized card
-    torch.cuda.get_device_capability = lambda *a, **k: cap
-    torch.cuda.get_device_name = lambda *a, **k: {9: "NVIDIA H200", 10: "NVIDIA B200",
-                                                  12: "NVIDIA RTX PRO 6000"}[cap[0]]
     # TritonAttnBackend.__init__ reads the SM count (get_device_core_count).
     torch.cuda.get_device_properties = lambda *a, **k: SimpleNamespace(
         multi_processor_count=132, major=cap[0], minor=cap[1], name="mocked")
-    import torchvision  # noqa: F401 -- its CUDA-version check runs at import: import it first
-
-    torch.version.cuda = "13.0"
 
 
 def _capture_shapes(sa, fx, budget):

@@ -60,8 +60,9 @@ def _stand_in_sgl_kernel() -> None:
     sys.meta_path.insert(0, _Finder())
 
 
-def main() -> None:
-    fx, cap = sys.argv[1], tuple(int(x) for x in sys.argv[2].split("."))
+def mock_cuda_platform(cap) -> None:
+    """The mocked CUDA platform the harnesses resolve ServerArgs on: the sgl_kernel stand-in and one
+    CUDA device of compute capability ``cap`` (9: H200, 10: B200, 12: RTX PRO 6000), H200-sized."""
     _stand_in_sgl_kernel()
     torch.cuda.is_available = lambda: True
     torch.cuda.device_count = lambda: 1
@@ -72,6 +73,11 @@ def main() -> None:
     import torchvision  # noqa: F401 -- its CUDA-version check runs at import: import it first
 
     torch.version.cuda = "13.0"
+
+
+def main() -> None:
+    fx, cap = sys.argv[1], tuple(int(x) for x in sys.argv[2].split("."))
+    mock_cuda_platform(cap)
     from sglang.srt.arg_groups.overrides import resolved_view
     from sglang.srt.server_args import prepare_server_args
 

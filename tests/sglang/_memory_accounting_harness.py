@@ -131,16 +131,7 @@ def capture_plan(fx: str) -> dict:
 
 def main() -> None:
     fx = sys.argv[1]
-    _graphs_harness._stand_in_sgl_kernel()
-    cap = (9, 0)
-    torch.cuda.is_available = lambda: True
-    torch.cuda.device_count = lambda: 1
-    torch.cuda.mem_get_info = lambda *a, **k: (140 << 30, 141 << 30)
-    torch.cuda.get_device_capability = lambda *a, **k: cap
-    torch.cuda.get_device_name = lambda *a, **k: "NVIDIA H200"
-    import torchvision  # noqa: F401 -- its CUDA-version check runs at import: import it first
-
-    torch.version.cuda = "13.0"
+    _graphs_harness.mock_cuda_platform((9, 0))  # a Hopper (H200)
     report = {"plan": capture_plan(fx)}
     try:
         report["prewarm"] = prewarm_shape()
