@@ -893,6 +893,24 @@ def test_wrong_interpreter_is_reported(fleet, builds, cli):
     assert not fleet.host("fake0").state_dir.exists()
 
 
+def test_wrong_interpreter_is_reported_when_the_agent_upload_breaks(fleet, builds, cli, monkeypatch):
+    """The shell exits 127 before reading the agent's source, so sending it fails with "Socket is closed".
+
+    A source larger than the SSH channel window (OpenSSH's 2 MiB) makes that send block until the channel
+    closes, deterministically; on a loaded CI machine it also happens with the real, small source. It is the
+    host's python that is wrong (exit 6), not the connection (13)."""
+    from ddtree_deploy.remote import connection
+
+    monkeypatch.setattr(connection, "_AGENT_SRC", connection._AGENT_SRC + b"#" * (8 << 20) + b"\n")
+    fleet.overrides["fake0"]["python"] = "/nonexistent/dir with space/python"
+    fleet.rewrite_inventory()
+    code, out, err = cli("push", "fake0", "--build", builds["good"], "--inventory", fleet.inventory, "--json")
+    doc = json.loads(out)
+    assert code == 6, doc["hosts"][0]["message"]
+    assert "cannot run the host's python" in doc["hosts"][0]["message"]
+    assert not fleet.host("fake0").state_dir.exists()
+
+
 def test_shipped_inventory_parses(repo):
     from ddtree_deploy.remote.inventory import load_inventory
 

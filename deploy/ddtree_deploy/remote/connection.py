@@ -220,12 +220,18 @@ class HostConnection:
             return chan
         self._drop_session()
         h = self.host
+        chan = None
+        head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC
         try:
             chan = self.conn.transport.open_session(timeout=self.connect_timeout)
             chan.exec_command(f"{shlex.quote(h.python)} -c {shlex.quote(BOOTSTRAP)}")
-            head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC
             chan.sendall(head)
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            # A missing interpreter makes the shell exit 127 at once; the channel then closes while the
+            # agent's source is still being sent. That is the host's python, not the connection.
+            refused = self._interpreter_refused(chan, bytearray())
+            if refused is not None:
+                raise refused from None
             raise ConnectionLostError(
                 f"{h.name}: cannot start the agent over SSH: {exc}", details={"host": h.name, "connection_lost": True}
             ) from None
@@ -234,6 +240,33 @@ class HostConnection:
         self._out = bytearray()
         self._err = bytearray()
         return chan
+
+    def _interpreter_refused(self, chan: paramiko.Channel | None, errb: bytearray) -> HostRefusedError | None:
+        """The error for a session whose shell could not run the host's python (exit 126/127), else None.
+
+        Waits (at most 2 s) for the exit status of a channel that broke while we were writing to it."""
+        if chan is None:
+            return None
+        deadline = time.monotonic() + 2.0
+        try:
+            while not chan.exit_status_ready() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            if not chan.exit_status_ready():
+                return None
+            status = chan.recv_exit_status()
+            while chan.recv_stderr_ready():
+                errb.extend(chan.recv_stderr(65536))
+        except (paramiko.SSHException, OSError, EOFError):
+            return None
+        if status not in (126, 127):
+            return None
+        h = self.host
+        tail = errb.decode("utf-8", "replace").strip()[-2000:]
+        return HostRefusedError(
+            f"{h.name}: cannot run the host's python {h.python!r} (exit {status})" + (f": {tail}" if tail else ""),
+            hint="fix `python` for this host in the inventory",
+            details={"host": h.name},
+        )
 
     def _drop_session(self) -> None:
         chan, self._chan = self._chan, None
@@ -332,24 +365,24 @@ class HostConnection:
                     break
                 select.select([chan], [], [], 0.05)  # wakes on stdout/stderr data or EOF
         except (paramiko.SSHException, OSError, EOFError) as exc:
+            refused = self._interpreter_refused(chan, errb)
             self._drop_session()
+            if refused is not None:
+                raise refused from None
             raise ConnectionLostError(
                 f"{h.name}: connection lost: {exc}", details={"host": h.name, "connection_lost": True}
             ) from None
         if result is None:
             status = chan.recv_exit_status() if chan.exit_status_ready() else -1
+            refused = self._interpreter_refused(chan, errb) if status in (126, 127) else None
             self._drop_session()
             tail = errb.decode("utf-8", "replace").strip()[-2000:]
             if self.conn is None or self.conn.transport is None or not self.conn.transport.is_active():
                 raise ConnectionLostError(
                     f"{h.name}: connection lost before the host answered", details={"host": h.name, "connection_lost": True}
                 )
-            if status in (126, 127):  # the shell could not run the interpreter: nothing ran
-                raise HostRefusedError(
-                    f"{h.name}: cannot run the host's python {h.python!r} (exit {status})" + (f": {tail}" if tail else ""),
-                    hint="fix `python` for this host in the inventory",
-                    details={"host": h.name},
-                )
+            if refused is not None:  # the shell could not run the interpreter: nothing ran
+                raise refused
             raise RemoteError(
                 f"{h.name}: the agent gave no result (exit {status}); is {h.python!r} a Python >= 3.8 on the host?"
                 + (f"\n{tail}" if tail else ""),
