@@ -92,10 +92,12 @@ SCRIPT = textwrap.dedent(r"""
 """)
 
 
-def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path):
+@pytest.mark.parametrize("probes", ["1", "4"])
+def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path, probes):
+    """Both threshold searches (bisection; four probes per reduction) give the oracle's trees."""
     script = tmp_path / "check.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": "cpu"}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": "cpu", "SGLANG_DDTREE_KERNEL_PROBES": probes}
     proc = subprocess.run([sys.executable, str(script), "11"], capture_output=True, text=True, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     res = json.loads(proc.stdout.strip().splitlines()[-1])
