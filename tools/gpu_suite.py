@@ -7,7 +7,8 @@ pinned, unmodified ``kernels/ops/speculative/spec_tree.py``; ``tools/make_gpu_bu
 Checks, each printed as one line and collected into ``--json``:
 0. the fused Triton kernel is the default of ``build_ddtree_tree_from_topk`` on CUDA;
 1. the kernel (and the torch builder) on CUDA == the heap oracle, every field, on hundreds of
-   random, tie-heavy and all-equal cases, B up to 1024, K up to 64; the fused top-K +
+   random, tie-heavy and all-equal cases, B up to 1024, K up to 64, with both threshold searches
+   (probes 1 and 4); the fused top-K +
    log-normalizer == a stable sort of ``log_softmax`` on [bs, 15, 151936] bf16 logits;
 2. the probe (``python -m sglang.srt.speculative.ddtree_probe --device cuda``) exits 0;
 3. SGLang's own compiled Triton greedy verify kernel accepts the same paths as ``ddtree_accept``;
@@ -93,7 +94,10 @@ def main() -> int:
     configs = [(15, 8, 64), (15, 8, 256), (15, 32, 256), (15, 16, 128), (15, 64, 1024), (15, 32, 512),
                (5, 3, 300), (15, 1, 20), (2, 8, 8), (15, 4, 1), (7, 16, 100), (3, 64, 1024)]
     modes = ("random", "ties", "flat")
-    for D, K, B in configs:
+    kmod = du._tree_kernel()
+    grid = [(probes, D, K, B) for probes in (1, 4) for D, K, B in configs]  # both threshold searches (0013)
+    for probes, D, K, B in grid:
+        kmod._PROBES = probes
         for mode in modes:
             for rep in range(3 if B >= 512 else 8):
                 bs = 1 + (rep * 5 + D) % (2 if B >= 512 else 8)
@@ -104,16 +108,18 @@ def main() -> int:
                 ref = du.build_ddtree_tree_heap(ids.cpu(), lps.cpu(), root.cpu(), start.cpu(), B)
                 for f in fields + ("node_logprobs",):
                     if not torch.equal(getattr(fast, f).cpu(), getattr(ref, f).cpu()):
-                        bad.append(f"bs={bs} D={D} K={K} B={B} {mode}: {f}")
-                if rep == 0:  # the torch builder, too (the CPU path's twin)
+                        bad.append(f"probes={probes} bs={bs} D={D} K={K} B={B} {mode}: {f}")
+                if rep == 0 and probes == 1:  # the torch builder, too (the CPU path's twin)
                     os.environ[du.TREE_KERNEL_ENV] = "0"
                     slow = du.build_ddtree_tree_from_topk(ids, lps, root, start, B)
                     os.environ.pop(du.TREE_KERNEL_ENV)
                     if not all(torch.equal(getattr(slow, f).cpu(), getattr(ref, f).cpu()) for f in fields):
                         bad.append(f"torch builder bs={bs} D={D} K={K} B={B} {mode}")
                 n_cases += 1
-    report("kernel_vs_heap_oracle_cuda", not bad and n_cases >= 200,
-           f"{n_cases} cases ({len(configs)} shapes x {modes} x 8 seeds (3 at B >= 512), B up to 1024, K up to 64), "
+    kmod._PROBES = 1
+    report("kernel_vs_heap_oracle_cuda", not bad and n_cases >= 400,
+           f"{n_cases} cases (threshold probes 1 and 4 x {len(configs)} shapes x {modes} x 8 seeds (3 at B >= 512), "
+           "B up to 1024, K up to 64), "
            f"{len(bad)} mismatches {bad[:3]} ({time.time() - t0:.1f}s)")
 
     # 1b. the fused top-K + log-normalizer on real-size bf16 logits
