@@ -659,7 +659,7 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--topk-cap", type=int, default=32, help="K = min(B, cap) in the budget sweep")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--kernel-variants", default="1:0,4:0,1:4,4:4,4:8,4:16", metavar="P:W,...",
+    p.add_argument("--kernel-variants", default="1:0,4:0,4:2,4:8", metavar="P:W,...",
                    help="tree-kernel settings timed side by side (CUDA): probes of the threshold search (1 or 4) "
                         ":warps (0 = by tile size); a table per input kind, each row naming the fastest")
     p.add_argument("--heap-max", type=int, default=8 * 512, help="skip the reference heap when batch*B exceeds this")
