@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -615,10 +616,12 @@ def test_file_changed_between_preflight_and_lock_is_refused_under_the_lock(fleet
     assert audit(h)[-1]["result"].startswith("refused: " + SPEC_INFO)
 
 
-def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, builds):
-    """The push's own restore re-checks each backup: one damaged mid-push is named, not restored from."""
+@contextlib.contextmanager
+def _push_held_while_staging(fleet, build, delay=2.0):
+    """A push of ``build`` to fake0 held ``delay`` s before its commit: yields (process, host) once its
+    record says staging; the process is killed on the way out."""
     h = fleet.host("fake0")
-    p = _start_push(fleet, builds["bad"], hooks={"before_commit": 2.0})
+    p = _start_push(fleet, build, hooks={"before_commit": delay})
     try:
 
         def staged():
@@ -626,14 +629,20 @@ def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, 
             return rs and rs[-1]["status"] == "staging"
 
         assert wait_for(staged, 30, 0.01)
+        yield p, h
+    finally:
+        p.kill()
+
+
+def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, builds):
+    """The push's own restore re-checks each backup: one damaged mid-push is named, not restored from."""
+    with _push_held_while_staging(fleet, builds["bad"]) as (p, h):
         (rec,) = records(h)
         before = next(f["before_sha256"] for f in rec["files"] if f["path"] == SPEC_INFO)
         # damage that sorts below the real hash (a check that only compared one way would miss it)
         damage = next(b"damaged %d" % n for n in range(64) if hashlib.sha256(b"damaged %d" % n).hexdigest() < before)
         (h.state_dir / "deploys" / rec["deploy_id"] / "backup" / SPEC_INFO).write_bytes(damage)
         out, err = p.communicate(timeout=90)
-    finally:
-        p.kill()
     assert p.returncode == 9, err
     (rec,) = records(h)
     assert rec["status"] == "needs-human"
@@ -647,23 +656,13 @@ def test_backup_damaged_during_a_failing_push_ends_needs_human_naming_it(fleet, 
 def test_target_replaced_by_a_directory_mid_push_ends_needs_human_naming_the_error(fleet, builds):
     import shutil
 
-    h = fleet.host("fake0")
-    p = _start_push(fleet, builds["bad"], hooks={"before_commit": 2.0})
-    try:
-
-        def staged():
-            rs = records(h) if (h.state_dir / "deploys").exists() else []
-            return rs and rs[-1]["status"] == "staging"
-
-        assert wait_for(staged, 30, 0.01)
+    with _push_held_while_staging(fleet, builds["bad"]) as (p, h):
         time.sleep(0.3)
         target = h.site / SPEC_INFO
         target.unlink()
         target.mkdir()
         (target / "x").write_text("someone else's")
         out, err = p.communicate(timeout=90)
-    finally:
-        p.kill()
     assert p.returncode == 9, err
     (rec,) = records(h)
     assert rec["status"] == "needs-human"
