@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,3 +79,55 @@ def test_unknown_names_raise_naming_themselves(tmp_path):
     assert "RAISED sgl_kernel.merge_state_v2 is not stood in" in proc.stdout
     assert "RAISED sgl_kernel.kvcacheio.transfer_kv_all_layer is not stood in" in proc.stdout
     assert "IMPORTERROR" in proc.stdout
+
+
+_EMBEDS_CODE = """
+import json, torch
+from types import SimpleNamespace
+from sglang.srt.model_executor.model_runner import ModelRunner
+mr = ModelRunner.__new__(ModelRunner)  # the real class; only the attributes the method reads
+mr.support_pp, mr.is_generation = False, True
+res = {}
+for name in ("float32", "bfloat16"):
+    dt = getattr(torch, name)
+    mr.dtype = dt
+    emb = torch.randn(4, 8, generator=torch.Generator().manual_seed(0)).to(dt)
+    fb = SimpleNamespace(input_embeds=emb, replace_embeds=None, replace_positions=None)
+    got = ModelRunner._extend_forward_kwargs(mr, fb, None)["input_embeds"]
+    try:  # what the float32 drafter's first projection (srt/models/dflash.py:380) does with it
+        torch.nn.functional.linear(got, torch.zeros(8, 8, dtype=dt))
+        err = None
+    except RuntimeError as e:
+        err = str(e)
+    res[name] = [str(got.dtype), bool(torch.equal(got.float(), emb.float())), err]
+print("EMBEDS", json.dumps(res))
+"""
+
+
+def _embeds(site: Path, **extra) -> dict:
+    env = _env(site)
+    env.update(extra)
+    proc = subprocess.run([sys.executable, "-c", _EMBEDS_CODE], capture_output=True, text=True, timeout=600,
+                          env=env)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    line = [ln for ln in proc.stdout.splitlines() if ln.startswith("EMBEDS ")][-1]
+    return json.loads(line[len("EMBEDS "):])
+
+
+def test_float32_runner_keeps_float32_input_embeds(site):
+    """SGLang's eager extend casts input_embeds to bf16 (model_runner.py:1772): a float32 DFlash drafter
+    fed the target's embeddings then dies at dflash.py:380 (bench/engine-h200, run 3). The harness's
+    shim 4 passes embeds already in the runner's dtype through; a bf16 runner is unchanged."""
+    got = _embeds(site)
+    assert got["float32"] == ["torch.float32", True, None], got
+    assert got["bfloat16"] == ["torch.bfloat16", True, None], got
+
+
+def test_without_the_shim_sglang_casts_to_bf16(site):
+    """The same call with the shim off (H200_KEEP_BF16_EMBEDS=1): SGLang's own behaviour, the H200 error."""
+    got = _embeds(site, H200_KEEP_BF16_EMBEDS="1")
+    dtype, _, err = got["float32"]
+    assert dtype == "torch.bfloat16", got
+    # CPU says "m1 and m2", CUDA "mat1 and mat2" (the H200 message)
+    assert err and re.search(r"expected (m|mat)1 and (m|mat)2 to have the same dtype", err), got
+    assert "BFloat16 != float" in err, got

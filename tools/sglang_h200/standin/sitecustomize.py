@@ -1,6 +1,7 @@
 """Launch shims of the H200 harness, active in every process the engine spawns (PYTHONPATH).
 
-See docs/h200-harness.md (3. is a timing probe, below). Each shim names what it replaces and why the code under test is unchanged.
+See docs/h200-harness.md (3. is a timing probe, below; 4. is the input_embeds dtype). Each shim names
+what it replaces and why the code under test is unchanged.
 
 1. ``sglang.kernels.ops.gemm.cutedsl_dual_gemm`` -> ``h200_shims/cutedsl_dual_gemm.py`` (needs the
    CuTe DSL ``cutlass``; answers "no dual GEMM" off SM100 like the real one). The name ``cutlass`` itself
@@ -12,6 +13,15 @@ See docs/h200-harness.md (3. is a timing probe, below). Each shim names what it 
 2. ``H200_FAKE_CUDA=1`` (CPU import-chain test only, tests/h200_harness): report a CUDA sm90 device to
    SGLang's platform checks so its ``if _is_cuda:`` import branches are taken on a CPU machine. Never
    set on the GPU.
+4. ``ModelRunner._extend_forward_kwargs`` (``srt/model_executor/model_runner.py:1772`` in the pinned
+   wheel) casts ``forward_batch.input_embeds`` with ``.bfloat16()`` whatever the runner's dtype. The
+   DFlash drafter's block forward is an eager TARGET_VERIFY extend fed the target's embeddings as
+   input_embeds (``dflash_worker_v2.py`` ``_run_draft_block`` -> ``eager_runner.py:281``), so with the
+   harness's float32 models and graphs off the float32 drafter gets bf16 activations and dies at its
+   first projection (``srt/models/dflash.py:380``). When the embeds are already in the runner's dtype
+   (float32 here) they are passed as they are; a bf16 runner is unchanged (the cast is a no-op there).
+   The CPU real-engine suite has the same shim (tests/real_engine/support/sitecustomize.py, 3.).
+   ``H200_KEEP_BF16_EMBEDS=1`` turns it off (to see SGLang's own behaviour on the GPU).
 """
 
 from __future__ import annotations
@@ -42,6 +52,51 @@ if not any(isinstance(f, _Redirect) for f in sys.meta_path):
     sys.meta_path.insert(0, _Redirect())
 
 os.environ.setdefault("SGLANG_SKIP_SGL_KERNEL_VERSION_CHECK", "1")
+
+_MODEL_RUNNER = "sglang.srt.model_executor.model_runner"
+
+
+def _shim_model_runner(mod):
+    import torch
+
+    cls = mod.ModelRunner
+    orig = cls._extend_forward_kwargs
+
+    def _extend_forward_kwargs(self, forward_batch, pp_proxy_tensors):
+        kwargs = orig(self, forward_batch, pp_proxy_tensors)
+        emb = forward_batch.input_embeds
+        dtype = getattr(self, "dtype", None)
+        if (emb is not None and "input_embeds" in kwargs and dtype is not None and dtype != torch.bfloat16
+                and emb.dtype == dtype and forward_batch.replace_embeds is None):
+            kwargs["input_embeds"] = emb
+        return kwargs
+
+    _extend_forward_kwargs.__wrapped__ = orig
+    cls._extend_forward_kwargs = _extend_forward_kwargs
+
+
+class _ModelRunnerHook(importlib.abc.MetaPathFinder):
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != _MODEL_RUNNER:
+            return None
+        for finder in sys.meta_path:
+            if finder is self:
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                orig_exec = spec.loader.exec_module
+
+                def exec_module(module, _orig=orig_exec):
+                    _orig(module)
+                    _shim_model_runner(module)
+
+                spec.loader.exec_module = exec_module
+                return spec
+        return None
+
+
+if os.environ.get("H200_KEEP_BF16_EMBEDS") != "1" and not any(isinstance(f, _ModelRunnerHook) for f in sys.meta_path):
+    sys.meta_path.insert(0, _ModelRunnerHook())
 
 if os.environ.get("H200_FAKE_CUDA") == "1":
     import torch
