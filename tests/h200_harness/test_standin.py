@@ -131,3 +131,15 @@ def test_without_the_shim_sglang_casts_to_bf16(site):
     # CPU says "m1 and m2", CUDA "mat1 and mat2" (the H200 message)
     assert err and re.search(r"expected (m|mat)1 and (m|mat)2 to have the same dtype", err), got
     assert "BFloat16 != float" in err, got
+
+
+def test_builder_timing_probe_wraps_the_ddtree_worker(site, tmp_path):
+    """Shim 3 (H200_TIME_BUILDER): importing the patched worker wraps its tree build and decode step."""
+    env = _env(site)
+    env.update(H200_FAKE_CUDA="1", H200_TIME_BUILDER=str(tmp_path / "probe.txt"))
+    code = ("from sglang.srt.speculative.ddtree_worker_v2 import DDTreeWorkerV2 as W\n"
+            "print('WRAPPED', W._build_ddtree.__name__, W._forward_ddtree_decode.__name__)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600, env=env,
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert "WRAPPED _build _decode" in proc.stdout, proc.stdout[-2000:]

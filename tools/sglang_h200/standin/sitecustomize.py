@@ -75,9 +75,14 @@ def _shim_model_runner(mod):
     cls._extend_forward_kwargs = _extend_forward_kwargs
 
 
-class _ModelRunnerHook(importlib.abc.MetaPathFinder):
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``fn(module)`` right after the module ``name`` is first executed (the shims 3 and 4)."""
+
+    def __init__(self, name, fn):
+        self.name, self.fn = name, fn
+
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _MODEL_RUNNER:
+        if fullname != self.name:
             return None
         for finder in sys.meta_path:
             if finder is self:
@@ -88,15 +93,16 @@ class _ModelRunnerHook(importlib.abc.MetaPathFinder):
 
                 def exec_module(module, _orig=orig_exec):
                     _orig(module)
-                    _shim_model_runner(module)
+                    self.fn(module)
 
                 spec.loader.exec_module = exec_module
                 return spec
         return None
 
 
-if os.environ.get("H200_KEEP_BF16_EMBEDS") != "1" and not any(isinstance(f, _ModelRunnerHook) for f in sys.meta_path):
-    sys.meta_path.insert(0, _ModelRunnerHook())
+if os.environ.get("H200_KEEP_BF16_EMBEDS") != "1" and not any(
+        isinstance(f, _AfterImport) and f.name == _MODEL_RUNNER for f in sys.meta_path):
+    sys.meta_path.insert(0, _AfterImport(_MODEL_RUNNER, _shim_model_runner))
 
 if os.environ.get("H200_FAKE_CUDA") == "1":
     import torch
@@ -148,23 +154,4 @@ if os.environ.get("H200_TIME_BUILDER"):
 
         cls._build_ddtree, cls._forward_ddtree_decode = _build, _decode
 
-    class _PostImport(importlib.abc.MetaPathFinder):
-        def find_spec(self, fullname, path=None, target=None):
-            if fullname != _TIMED:
-                return None
-            for finder in sys.meta_path:
-                if finder is self:
-                    continue
-                spec = finder.find_spec(fullname, path, target)
-                if spec is not None:
-                    orig_exec = spec.loader.exec_module
-
-                    def exec_module(module, _orig=orig_exec):
-                        _orig(module)
-                        _instrument(module)
-
-                    spec.loader.exec_module = exec_module
-                    return spec
-            return None
-
-    sys.meta_path.insert(0, _PostImport())
+    sys.meta_path.insert(0, _AfterImport(_TIMED, _instrument))
