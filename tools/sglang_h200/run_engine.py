@@ -168,7 +168,11 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
         sp = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
         engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp, max_new_tokens=4))  # warm
         for prompts in prompts_by_batch:
-            # prefill-only reference (1 new token), then the full generation: the difference is decode
+            # One unmeasured full generation first: the first use of a batch shape compiles Triton
+            # kernels (seen on the H200: a prefill-only reference that took longer than the full
+            # generation after it). Then the prefill-only reference (1 new token) and the measured
+            # full generation: the difference is decode.
+            engine.generate(input_ids=prompts, sampling_params=sp)
             t1 = time.perf_counter()
             engine.generate(input_ids=prompts, sampling_params=dict(sp, max_new_tokens=1))
             prefill_s = time.perf_counter() - t1
@@ -191,6 +195,13 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
                 res["runs"][-1]["probe"] = {
                     "decode_steps": n, "build_ms": 1000 * (after[1] - before[1]) / max(n, 1),
                     "step_ms": 1000 * (after[2] - before[2]) / max(n, 1)}
+        prof = os.environ.get("H200_PROFILE_DIR")
+        if prof:  # a torch profiler trace of a few decode steps at the middle batch (SGLang's own profiler)
+            prompts = prompts_by_batch[len(prompts_by_batch) // 2]
+            engine.start_profile(output_dir=prof, num_steps=8, activities=["CPU", "GPU"],
+                                 with_stack=False, record_shapes=False, profile_prefix=f"bs{len(prompts)}")
+            engine.generate(input_ids=prompts, sampling_params=dict(sp, max_new_tokens=12))
+            res["profile_dir"] = prof
         engine.shutdown()
         conn.send({"ok": res})
     except BaseException as exc:  # report everything to the parent
@@ -298,7 +309,13 @@ def part_time(root: Path, args) -> dict:
         argv = server_argv(target, draft, algo, graphs, "bfloat16", budget, extra)
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
         first = not out
-        env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else None
+        env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else {}
+        if args.profile and name in args.profile:
+            env["H200_PROFILE_DIR"] = str(args.profile_dir / name)
+        if budget is not None and budget >= 256:
+            # DDTREE's sampling rehearsal at bs 32 x 257 rows needs ~9.3 GiB beyond the static pools with the
+            # stand-in renorm (SGLang's Triton renorm sorts the whole vocabulary): OOM at 0.75 (H200, run 4).
+            argv = argv + ["--mem-fraction-static", "0.6"]
         out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, env)
         if first and "error" in out[name]:
             break
@@ -315,6 +332,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--ddtree-graph-args", default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
                     help="engine flags that turn DDTREE's CUDA graphs on; adds the ddtree-B*-graphs cases")
+    ap.add_argument("--profile", nargs="*", default=[],
+                    help="cases (time part) that also record a torch profiler trace of 8 decode steps")
+    ap.add_argument("--profile-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prof")
     args = ap.parse_args(argv)
     import shlex
 
