@@ -215,6 +215,9 @@ def main() -> None:
                                             "--disable-cuda-graph"])
     case("noflag_triton", ["--attention-backend", "triton"], shapes=True)
     case("noflag_flashinfer", ["--attention-backend", "flashinfer"])
+    case("noflag_default_backend", [])
+    case("noflag_triton_disable_cuda_graph", ["--attention-backend", "triton", "--disable-cuda-graph"])
+    case("no_flag_triton", ["--no-speculative-ddtree-cuda-graph", "--attention-backend", "triton"])
     try:
         report["fallback_log"] = _fallback_log()
     except Exception as e:  # noqa: BLE001

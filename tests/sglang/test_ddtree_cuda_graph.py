@@ -2,8 +2,9 @@
 
 Through the WHOLE ServerArgs resolution on a mocked sm90 / sm100 / sm120 CUDA platform
 (_ddtree_cuda_graph_harness.py says what is real and what is stood in):
-- with the flag, the decode graph backend stays ON ('full'); without it, or with
-  --disable-cuda-graph, it is off (the v1 behaviour);
+- the decode graph backend stays ON ('full') with the flag, and without it when the target's
+  backend is triton (the default since the H200 check); off with other backends unless the flag
+  is given, with --no-speculative-ddtree-cuda-graph, and with --disable-cuda-graph;
 - the target decode graph runner captures TARGET_VERIFY B + 1 tokens per request with a
   DDTreeVerifyInput dummy that carries the runner's custom-mask buffer (so the backend bakes
   its static mask buffer into the graph); the draft runner captures the b-token DFlash block;
@@ -35,7 +36,9 @@ def _ok(rep, name):
 
 
 def test_flag_keeps_decode_graphs_on(rep):
-    for name in ("flag_triton", "flag_flashinfer", "flag_default_backend", "flag_triton_b255"):
+    # the explicit flag with any custom-mask backend; with triton, the default (no flag) too
+    for name in ("flag_triton", "flag_flashinfer", "flag_default_backend", "flag_triton_b255",
+                 "noflag_triton"):
         c = _ok(rep, name)
         assert c["decode"] == "full", c
         assert c["disable_cuda_graph"] is False, c
@@ -46,13 +49,19 @@ def test_flag_keeps_decode_graphs_on(rep):
     assert _ok(rep, "flag_triton_b255")["num_draft_tokens"] == 256
 
 
-def test_without_flag_or_with_disable_cuda_graph_graphs_stay_off(rep):
-    for name in ("noflag_triton", "noflag_flashinfer"):
+def test_graphs_off_without_triton_with_no_flag_or_with_disable_cuda_graph(rep):
+    # unchecked backends stay eager unless asked; --no-speculative-ddtree-cuda-graph is eager
+    for name in ("noflag_flashinfer", "no_flag_triton"):
         c = _ok(rep, name)
-        assert c["decode"] == "disabled" and c["disable_cuda_graph"] is True, c
-    c = _ok(rep, "flag_disable_cuda_graph")
-    assert c["decode"] == "disabled" and c["prefill"] == "disabled", c
-    assert c["disable_cuda_graph"] is True, c
+        assert c["decode"] == "disabled" and c["disable_cuda_graph"] is True, (name, c)
+    # no backend given: the rule follows whatever SGLang resolved (triton on this mocked platform)
+    c = _ok(rep, "noflag_default_backend")
+    assert c["decode"] == ("full" if c["attention_backend"] == "triton" else "disabled"), c
+    # --disable-cuda-graph still means every graph off, flag or not
+    for name in ("flag_disable_cuda_graph", "noflag_triton_disable_cuda_graph"):
+        c = _ok(rep, name)
+        assert c["decode"] == "disabled" and c["prefill"] == "disabled", c
+        assert c["disable_cuda_graph"] is True, c
 
 
 @pytest.mark.parametrize("name,budget", [("flag_triton", 64), ("flag_triton_b255", 255)])
