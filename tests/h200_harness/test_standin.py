@@ -143,3 +143,52 @@ def test_builder_timing_probe_wraps_the_ddtree_worker(site, tmp_path):
                           cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert "WRAPPED _build _decode" in proc.stdout, proc.stdout[-2000:]
+
+
+_CHUNK_CHECK = r"""
+import json, torch
+from h200_shims.sampling_renorm import row_chunked, top_k_renorm_prob
+calls = []
+def ref_top_k(probs, k):  # a per-row torch top-k renorm: the rows are independent
+    calls.append(probs.shape[0])
+    k = k.reshape(-1).expand(probs.shape[0]) if isinstance(k, torch.Tensor) else torch.full((probs.shape[0],), k)
+    out = torch.zeros_like(probs, dtype=torch.float32)
+    for i in range(probs.shape[0]):
+        v, ix = probs[i].float().topk(int(k[i]))
+        out[i, ix] = v / v.sum()
+    return out
+g = torch.Generator().manual_seed(0)
+probs = torch.softmax(torch.randn(10, 40, generator=g), -1)
+ks = torch.randint(1, 40, (10,), generator=g)
+res = {}
+whole = ref_top_k(probs, ks)
+calls.clear()
+res["per_row"] = torch.equal(row_chunked(ref_top_k)(probs, ks, rows=3), whole)
+res["per_row_calls"] = list(calls)
+calls.clear()
+res["scalar"] = torch.equal(row_chunked(ref_top_k)(probs, 5, rows=4), ref_top_k(probs, 5))
+calls.clear()
+try:  # a param of the wrong length reaches the op unchunked (its own error, not a silent slice)
+    row_chunked(ref_top_k)(probs, ks[:7], rows=3)
+    res["bad_len"] = "no error"
+except RuntimeError as e:
+    res["bad_len"] = "raised"
+res["bad_len_calls"] = list(calls)
+res["bound"] = getattr(top_k_renorm_prob, "__wrapped__").__name__
+print("RES " + json.dumps(res))
+"""
+
+
+def test_renorm_standin_runs_row_chunks_with_per_row_params(site):
+    """The renorm stand-in (h200_shims/sampling_renorm.py) applies SGLang's Triton renorm a bounded
+    number of rows at a time (its whole-row sort ran out of memory in DDTREE's B 256 x 32 start-up
+    rehearsal on the H200): the chunked result equals the whole-matrix result, each chunk gets its own
+    rows' parameters, and a mismatched parameter reaches the op unchunked."""
+    proc = subprocess.run([sys.executable, "-c", _CHUNK_CHECK], capture_output=True, text=True,
+                          timeout=300, env=_env(site))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(proc.stdout.split("RES ", 1)[1])
+    assert res["per_row"] is True and res["per_row_calls"] == [3, 3, 3, 1], res
+    assert res["scalar"] is True, res
+    assert res["bad_len"] == "raised" and res["bad_len_calls"] == [10], res
+    assert res["bound"] == "top_k_renorm_probs_triton", res

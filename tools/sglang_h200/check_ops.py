@@ -97,6 +97,11 @@ def check(device: str) -> int:
                renorm.top_k_renorm_prob(probs.to(device), ks.to(device)), torch.from_numpy(want_k), res)
         _close("renorm.top_p_renorm_prob(triton)", torch.float32,
                renorm.top_p_renorm_prob(probs.to(device), ps.to(device)), torch.from_numpy(want_p), res)
+        # the stand-in's row chunks (4 rows of 6 at a time): the same result row for row
+        _close("renorm.top_k_renorm_prob(triton,4rows)", torch.float32,
+               renorm.top_k_renorm_prob(probs.to(device), ks.to(device), rows=4), torch.from_numpy(want_k), res)
+        _close("renorm.top_p_renorm_prob(triton,4rows)", torch.float32,
+               renorm.top_p_renorm_prob(probs.to(device), ps.to(device), rows=4), torch.from_numpy(want_p), res)
     t = torch.randn(4, device=device)
     ok = sgl_kernel.weak_ref_tensor(t).data_ptr() == t.data_ptr()
     res.append(ok)

@@ -312,10 +312,6 @@ def part_time(root: Path, args) -> dict:
         env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else {}
         if args.profile and name in args.profile:
             env["H200_PROFILE_DIR"] = str(args.profile_dir / name)
-        if budget is not None and budget >= 256:
-            # DDTREE's sampling rehearsal at bs 32 x 257 rows needs ~9.3 GiB beyond the static pools with the
-            # stand-in renorm (SGLang's Triton renorm sorts the whole vocabulary): OOM at 0.75 (H200, run 4).
-            argv = argv + ["--mem-fraction-static", "0.6"]
         out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, env)
         if first and "error" in out[name]:
             break
