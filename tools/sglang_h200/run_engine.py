@@ -122,7 +122,7 @@ def make_8b_configs(root: Path) -> tuple[Path, Path]:
 # ----------------------------------------------------------------------------- cases
 
 
-DDTREE_GRAPH_ARGS: list[str] = []  # --ddtree-graph-args: what turns DDTREE's CUDA graphs on
+DDTREE_GRAPH_ARGS: list[str] = []  # --ddtree-graph-args: extra flags for the DDTREE graphs-on cases
 
 
 def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype: str,
@@ -260,8 +260,7 @@ def part_equal(root: Path, args) -> dict:
     # Order: what the "done when" needs first (DDTREE with graphs vs plain greedy), so a run cut
     # at the call limit still holds it; every case is compared with "plain", which therefore runs first.
     cases = [("plain", "plain", False, None)]
-    if DDTREE_GRAPH_ARGS:
-        cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
+    cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
     cases += [("dflash-graphs", "DFLASH", True, None), ("dflash-nographs", "DFLASH", False, None)]
     cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
     cases += [("plain-graphs", "plain", True, None)]
@@ -292,8 +291,7 @@ def part_time(root: Path, args) -> dict:
     prompts = [[[rng.randrange(1000, 100000) for _ in range(64)] for _ in range(bs)] for bs in (1, 8, 32)]
     # Order: the graphed pair the roadmap's break-even needs first, then eager, then the builder probe.
     cases = [("dflash-graphs", "DFLASH", True, None)]
-    if DDTREE_GRAPH_ARGS:
-        cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
+    cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
     cases += [("dflash-nographs", "DFLASH", False, None)]
     cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
     # builder's share: the same DDTREE cases with the synchronizing probe (sitecustomize.py, 3.)
@@ -327,7 +325,8 @@ def main(argv=None) -> int:
     ap.add_argument("--case-timeout", type=int, default=240)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--ddtree-graph-args", default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
-                    help="engine flags that turn DDTREE's CUDA graphs on; adds the ddtree-B*-graphs cases")
+                    help="extra engine flags for the ddtree-B*-graphs cases (graphs are DDTREE's default with "
+                         "triton since patch 0014; e.g. --speculative-ddtree-cuda-graph to say so explicitly)")
     ap.add_argument("--profile", nargs="*", default=[],
                     help="cases (time part) that also record a torch profiler trace of 8 decode steps")
     ap.add_argument("--profile-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prof")
