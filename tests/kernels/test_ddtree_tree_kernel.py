@@ -77,7 +77,8 @@ SCRIPT = textwrap.dedent(r"""
     # equal to log_softmax up to float32 rounding of the normalizer.
     topk_bad = []
     for shape, k, block in [((2, 3, 3000), 8, 128), ((2, 3, 1000), 8, 256), ((1, 2, 5000), 64, 1024), ((3, 1, 300), 33, 4096),
-                            ((1, 4, 70), 64, 32)]:
+                            ((1, 4, 70), 64, 32),
+                            ((2, 2, 20000), 32, 512)]:  # K >= 32 with 160 chunk-best keys: the row threshold
         x = torch.randn(*shape, generator=g) * 3
         x = (x * 2).round() / 2                      # heavy ties in the logits
         ids, lps = kmod.topk_logprobs(x, k, block_v=block)
@@ -85,16 +86,19 @@ SCRIPT = textwrap.dedent(r"""
         want = torch.sort(-lp, dim=-1, stable=True).indices[..., :k]
         if not torch.equal(ids, want):
             topk_bad.append(f"{shape} k={k}: ids")
-        if not torch.allclose(lps, lp.gather(-1, want), atol=2e-6, rtol=0):
+        if not torch.allclose(lps, lp.gather(-1, want), atol=1e-5, rtol=0):  # float32 normalizer, V up to 20000
             topk_bad.append(f"{shape} k={k}: logprobs")
     ids, lps = du.topk_logprobs_from_logits(torch.randn(2, 3, 500, generator=g), 16)  # the API path
     print(json.dumps({"cases": cases, "bad": bad, "topk_bad": topk_bad, "calls": calls}))
 """)
 
 
-@pytest.mark.parametrize("probes", ["1", "4"])
+@pytest.mark.parametrize("probes", ["1", "4", "16"])
 def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path, probes):
-    """Both threshold searches (bisection; four probes per reduction) give the oracle's trees."""
+    """Every threshold search gives the oracle's trees: bisection (the default), four probes packed in one
+    int64 reduction, and sixteen in four int64s reduced together (the multi-operand path eight probes share).
+    The grid covers both mask paths (fused into the tree program up to 64 nodes, its own launch above) and
+    both top-K thresholds (the chunks' best keys at K >= 32, the chunk maxima below)."""
     script = tmp_path / "check.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": "cpu", "SGLANG_DDTREE_KERNEL_PROBES": probes}
@@ -105,4 +109,4 @@ def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path, pr
     assert res["bad"] == [], res["bad"]
     assert res["topk_bad"] == [], res["topk_bad"]
     # every tree of the grid (and the out= case) and the API top-K went through the kernels
-    assert res["calls"] == {"tree": 31, "topk": 6}, res["calls"]
+    assert res["calls"] == {"tree": 31, "topk": 7}, res["calls"]
