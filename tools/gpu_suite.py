@@ -126,23 +126,23 @@ def main() -> int:
     # 1b. the fused top-K + log-normalizer on real-size bf16 logits
     t0 = time.time()
     tk_bad = []
-    saved_fast = getattr(kmod, "_TOPK_ROW_T_MIN_K", None)
-    for fast in ((1, 10**9) if saved_fast is not None else (None,)):
-        if fast is not None:
-            kmod._TOPK_ROW_T_MIN_K = fast  # the candidate threshold of the chunks' best keys at every K, and at none
+    saved_min_k = getattr(kmod, "_TOPK_ROW_T_MIN_K", None)
+    for min_k in ((1, 10**9) if saved_min_k is not None else (None,)):
+        if min_k is not None:
+            kmod._TOPK_ROW_T_MIN_K = min_k  # the candidate threshold of the chunks' best keys at every K, and at none
         for bs, K, scale in ((1, 8, 3), (1, 32, 3), (4, 64, 3), (32, 8, 3), (8, 32, 1), (2, 32, 0)):
-            # integer logits: scale 3 ties some, scale 1 gives hundreds of candidates a row (the fallback), 0 all equal
+            # integer logits: scale 3 ties some, scale 1 gives hundreds of tied candidates a row, 0 all equal
             logits = (torch.randn(bs, 15, 151936, generator=g) * scale).round().to(torch.bfloat16).to(dev)
             ids, lps = du.topk_logprobs_from_logits(logits, K)
             lp = torch.log_softmax(logits.float(), dim=-1)
             want = torch.sort(-lp, dim=-1, stable=True).indices[..., :K]
             if not torch.equal(ids, want):
-                tk_bad.append(f"fast={fast} bs={bs} K={K} scale={scale}: ids")
+                tk_bad.append(f"row_t_min_k={min_k} bs={bs} K={K} scale={scale}: ids")
             if not torch.allclose(lps, lp.gather(-1, want), atol=1e-5, rtol=0):
                 err = (lps - lp.gather(-1, want)).abs().max().item()
-                tk_bad.append(f"fast={fast} bs={bs} K={K} scale={scale}: logprobs max err {err:.2e}")
-    if saved_fast is not None:
-        kmod._TOPK_ROW_T_MIN_K = saved_fast
+                tk_bad.append(f"row_t_min_k={min_k} bs={bs} K={K} scale={scale}: logprobs max err {err:.2e}")
+    if saved_min_k is not None:
+        kmod._TOPK_ROW_T_MIN_K = saved_min_k
     report("fused_topk_vs_torch_cuda", not tk_bad,
            f"[bs, 15, 151936] bf16 with ties (row threshold at every K and at none), K in 8..64: "
            f"{tk_bad or 'ids equal, log-probs within 1e-5'} ({time.time() - t0:.1f}s)")
