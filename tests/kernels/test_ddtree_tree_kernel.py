@@ -110,3 +110,63 @@ def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path, pr
     assert res["topk_bad"] == [], res["topk_bad"]
     # every tree of the grid (and the out= case) and the API top-K went through the kernels
     assert res["calls"] == {"tree": 31, "topk": 7}, res["calls"]
+
+
+SHARDED = textwrap.dedent(r"""
+    import json, sys, torch
+    from ddtree_deploy.build.overlay import import_patched
+    du = import_patched("sglang.srt.speculative.ddtree_utils")
+    backend = du.tree_builder_backend("cpu")
+    g = torch.Generator().manual_seed(5)
+    bad, cases = [], 0
+    for rows, V, k, cuts in [(6, 300, 8, (100, 200)), (4, 1000, 32, (123, 500, 900)), (3, 97, 5, (40,)),
+                             (2, 5000, 64, (2500,)), (5, 64, 16, (16, 32, 48))]:
+        for ties in (False, True):
+            x = torch.randn(rows, V, generator=g) * 3
+            if ties:
+                x = (x * 2).round() / 2  # many equal logits, across shard boundaries too
+            # The unsharded top-K of the whole row, computed independently: a stable sort of
+            # log_softmax (ties to the smaller id).
+            lp = torch.log_softmax(x, dim=-1)
+            want_ids = torch.sort(-lp, dim=-1, stable=True).indices[:, :k]
+            want_lps = lp.gather(-1, want_ids)
+            bounds = (0,) + tuple(cuts) + (V,)
+            parts = [du.topk_logprobs_with_stats(x[:, a:b], k) for a, b in zip(bounds, bounds[1:])]
+            for (ids, lps, vals, stats), a, b in zip(parts, bounds, bounds[1:]):
+                xs = x[:, a:b]
+                if not torch.equal(vals, xs.gather(-1, ids)):
+                    bad.append(f"V={V} k={k} ties={ties}: shard values are not the raw logits")
+                lse = torch.logsumexp(xs, dim=-1)
+                if not torch.allclose(stats[:, 0] + stats[:, 1], lse, atol=1e-5, rtol=0):
+                    bad.append(f"V={V} k={k} ties={ties}: shard stats")
+            kk = min(k, min(b - a for a, b in zip(bounds, bounds[1:])))
+            stack = lambda i: torch.stack([p[i] for p in parts])
+            ids = torch.stack([p[0] + a for p, a in zip(parts, bounds)])
+            # each shard returns min(k, its size) entries: merge the common width
+            got_ids, got_lps = du.merge_sharded_topk(ids[..., :kk], stack(2)[..., :kk], stack(3), k)
+            n = min(k, got_ids.shape[-1])
+            if not torch.equal(got_ids[:, :n], want_ids[:, :n]):
+                bad.append(f"V={V} k={k} ties={ties}: ids {got_ids[0].tolist()} != {want_ids[0].tolist()}")
+            if not torch.allclose(got_lps[:, :n], want_lps[:, :n], atol=1e-5, rtol=0):
+                bad.append(f"V={V} k={k} ties={ties}: logprobs")
+            cases += 1
+    print(json.dumps({"backend": backend, "cases": cases, "bad": bad}))
+""")
+
+
+@pytest.mark.parametrize("kernel", ["cpu", "0"])
+def test_sharded_topk_merges_to_the_unsharded_topk(tmp_path, kernel):
+    """Issue 20 (patch 0019, the draft head under TP): a per-shard top-K (``topk_logprobs_with_stats``:
+    the fused kernel's raw values and the row's (max, log-sum-exp)) merged by ``merge_sharded_topk``
+    equals the unsharded top-K of the whole vocabulary: the same ids in the same order (ties to the
+    smaller id, also across shard boundaries) and the same log-probs up to float32 rounding of the
+    normalizer. Both the fused kernel (under the interpreter) and the torch path. The all-gather itself
+    is a stack here: no second device."""
+    script = tmp_path / "sharded.py"
+    script.write_text(SHARDED)
+    env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": kernel}
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert res["backend"] == ("triton" if kernel == "cpu" else "torch"), res
+    assert res["cases"] == 10 and res["bad"] == [], res

@@ -84,6 +84,17 @@ def main() -> None:
                                                      "--speculative-num-draft-tokens", "65"])
     case("hybrid_unsafe", bs16 + ["--speculative-ddtree-allow-hybrid-unsafe"], model="hybrid")
     case("max_running_requests_kept", bs16 + ["--max-running-requests", "7"])
+    case("overlap_off_by_flag", bs16 + ["--disable-overlap-schedule"])
+    case("budget_auto", bs16 + ["--speculative-ddtree-budget", "auto"])
+    case("budget_auto_b8", ["--speculative-dflash-block-size", "8", "--speculative-ddtree-budget", "AUTO"])
+    case("err_auto_tp2", bs16 + ["--speculative-ddtree-budget", "auto", "--tp-size", "2"])
+    from sglang.srt.arg_groups.fields.spec import _ddtree_budget_arg
+
+    try:
+        _ddtree_budget_arg("lots")
+        report["budget_arg_error"] = None
+    except Exception as e:  # noqa: BLE001  (argparse prints it as "error: argument ...: <msg>")
+        report["budget_arg_error"] = f"{type(e).__name__}: {e}"
     # Invalid combinations.
     case("err_budget_zero", bs16 + ["--speculative-ddtree-budget", "0"])
     case("err_budget_too_big", bs16 + ["--speculative-ddtree-budget", "5000"])

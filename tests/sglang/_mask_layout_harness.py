@@ -90,7 +90,7 @@ def main() -> None:
         w._target_worker = types.SimpleNamespace(
             model_runner=types.SimpleNamespace(attn_backend=be))
         vi = w._make_verify_input(types.SimpleNamespace(seq_lens_sum=int(prefix.sum())),
-                                  tree, prefix, bs)
+                                  tree, prefix, bs, budget)
         mask = vi.custom_mask.reshape(-1).bool().tolist()
         report["backends"][name] = {
             "mode": be.verify_tree_mask_mode.name,
@@ -101,7 +101,7 @@ def main() -> None:
     ids = torch.tensor([[3, 4, 5, 6]])
     logits = torch.tensor([[float("nan"), 2.0, 1.0, 0.5]])
     lse = torch.tensor([1.9])  # below the top logit: log q would be +0.1
-    _, lp = W.ddtree_depth_topk_from_candidates(ids, logits, lse, bs=1, depth=1, k=4)
+    _, lp = W.ddtree_guard_topk(ids, logits - lse.unsqueeze(-1))
     report["boundary_logprobs"] = [float(x) for x in lp.reshape(-1)]
     print("REPORT " + json.dumps(report))
 

@@ -48,6 +48,7 @@ def main() -> None:
     from sglang.srt.speculative import ddtree_worker_v2 as W
     from sglang.srt.speculative import eagle_worker_common as EWC
     from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
+    from sglang.srt.speculative.ddtree_auto_budget import DDTreeAutoBudget
     from sglang.srt.speculative.ddtree_metrics import DDTreeDebugMetrics
     from sglang.srt.speculative.ddtree_utils import (
         build_ddtree_tree_heap,
@@ -73,7 +74,7 @@ def main() -> None:
     # The published runtime context (TP world) of a launched server: TP = 1 here.
     import sglang.srt.models.dflash as dflash_model
 
-    dflash_model.get_parallel = lambda: types.SimpleNamespace(tp_size=1, tp_rank=0)
+    dflash_model.get_parallel = W.get_parallel = lambda: types.SimpleNamespace(tp_size=1, tp_rank=0)
 
     def verify_tree_greedy_port(candidates, retrieve_index, retrieve_next_token,
                                 retrieve_next_sibling, target_predict, depth_cols):
@@ -183,6 +184,9 @@ def main() -> None:
             ddtree_metrics=(DDTreeDebugMetrics(depth=BLOCK - 1, budget=budget,
                                                log_interval=2) if metrics else None),
             draft_parallel_layout=types.SimpleNamespace(tp_group=None),
+            ddtree_auto=(DDTreeAutoBudget(AUTO["budgets"], device="cpu", log_enabled=False)
+                         if AUTO.get("on") else None),
+            _ddtree_verify_states={},
         )
         req_to_token = (torch.arange(8 * 256, dtype=torch.int32) + 1000).view(8, 256)
         translator = types.SimpleNamespace(
@@ -211,6 +215,25 @@ def main() -> None:
             startup = getattr(w, "capture_ddtree_builder_graphs", None)
             GRAPHS["captured"] = startup() if startup else None
             GRAPHS["phase"] = "forward"
+        elif mode == "draft-graph":
+            # The head folded into the draft block's graph (patch 0019): the worker registers
+            # it as a capture tail hook of the draft runner right before the draft graphs are
+            # captured; here the stand-in "capture" calls the hooks once per captured size
+            # (largest first), and drafter_block's stand-in "replay" below re-runs them.
+            lm = LmHead(MODEL["vocab"])
+            runner.model = types.SimpleNamespace(lm_head=lm)
+            w.draft_model_runner = types.SimpleNamespace(capture_tail_hooks=[])
+            decode = types.SimpleNamespace(bs=list(DRAFT_GRAPH_BS))
+            W.get_exec = lambda: types.SimpleNamespace(
+                graph=types.SimpleNamespace(cuda_graph_config=types.SimpleNamespace(decode=decode)))
+            GRAPHS["phase"] = "startup"
+            GRAPHS["sampler"] = w._maybe_build_draft_sampler()
+            GRAPHS["lm_head"] = lm
+            GRAPHS["worker"] = w
+            for g in sorted(DRAFT_GRAPH_BS, reverse=True):
+                replay_draft_hooks(w, torch.zeros(g * BLOCK, MODEL["vocab"]),
+                                   torch.zeros(g, BLOCK, dtype=torch.long), torch.ones(g, dtype=torch.long))
+            GRAPHS["phase"] = "forward"
         elif mode == "legacy":
             # What DDTreeWorkerV2 built before issue 9's fix: capture on first sight.
             w.ddtree_builder = W.GraphedTreeBuilder(budget)
@@ -236,14 +259,39 @@ def main() -> None:
         block_ids = torch.full((bs, BLOCK), MODEL["vocab"] - 1, dtype=torch.long)
         block_ids[:, 0] = draft_input.bonus_tokens
         state["draft_hidden"] = hidden
+        flat = hidden.reshape(bs * BLOCK, MODEL["vocab"])
+        graphed = GRAPHS.get("mode") == "draft-graph"
+        if graphed:
+            # Stand-in replay of the draft graph of the smallest captured size >= bs: the
+            # runner's static inputs hold the batch's rows, then garbage padding rows
+            # (SGLang pads seq_lens with its fill value); the hooks run over all of them.
+            g = min(x for x in DRAFT_GRAPH_BS if x >= bs)
+            pad = g - bs
+            replay_draft_hooks(
+                w_of_step(),
+                torch.cat([flat, torch.randn(pad * BLOCK, MODEL["vocab"], generator=rng) * 9]),
+                torch.cat([block_ids, torch.randint(0, MODEL["vocab"], (pad, BLOCK), generator=rng)]),
+                torch.cat([prefix, torch.ones(pad, dtype=prefix.dtype)]))
+            flat = None  # a graphed step must take the tree from the replay, not recompute it
         return _DFlashDraftBlock(
-            embed_module=None, lm_head=LmHead(MODEL["vocab"]), block_size=BLOCK, block_ids=block_ids,
+            embed_module=None, lm_head=GRAPHS.get("lm_head") or LmHead(MODEL["vocab"]), block_size=BLOCK,
+            block_ids=block_ids,
             prefix_lens=prefix, positions=(prefix[:, None] + torch.arange(BLOCK)).reshape(-1),
             positions_2d=prefix[:, None] + torch.arange(BLOCK),
             verify_out_cache_loc=None, verify_out_cache_loc_2d=None, kv_loc_plan=None,
-            draft_out=types.SimpleNamespace(logits_output=types.SimpleNamespace(
-                hidden_states=hidden.reshape(bs * BLOCK, MODEL["vocab"]))),
+            draft_out=types.SimpleNamespace(can_run_graph=graphed, logits_output=types.SimpleNamespace(
+                hidden_states=flat)),
         )
+
+    def replay_draft_hooks(w, hidden, block_ids, seq_lens):
+        g = int(block_ids.shape[0])
+        GRAPHS.setdefault("draft_events", []).append((GRAPHS.get("phase"), g))
+        fb = types.SimpleNamespace(input_ids=block_ids.reshape(-1), seq_lens=seq_lens)
+        for hook in w.draft_model_runner.capture_tail_hooks:
+            hook(None, types.SimpleNamespace(hidden_states=hidden), fb, g * BLOCK)
+
+    def w_of_step():
+        return state["worker"]
 
     class Mode:
         def is_extend(self): return False
@@ -252,6 +300,7 @@ def main() -> None:
     def run_case(budget, topk, metrics, prompts, steps):
         rng = torch.Generator().manual_seed(1234 + budget)
         w, appended = make_worker(budget, topk, metrics)
+        state["worker"] = w
         w._run_draft_block = lambda batch, di, rng=rng: drafter_block(batch, di, rng)
         # After "prefill": the committed context is the prompt, the first bonus is the
         # target's greedy token after it.
@@ -272,7 +321,10 @@ def main() -> None:
             assert isinstance(batch.spec_info, DFlashDraftInputV2)
             res = w.forward_batch_generation(batch)
             assert isinstance(res, GenerationBatchResult)
-            n = budget + 1
+            # The width the worker verified: the budget, or the one its auto controller picked.
+            step_budget = res.speculative_num_draft_tokens - 1
+            n = step_budget + 1
+            case.setdefault("budgets_run", []).append(step_budget)
             acc = res.accept_lens.long()
             out = res.next_token_ids.view(BS, n)
             vi = batch.spec_info
@@ -281,7 +333,7 @@ def main() -> None:
             hid = state["draft_hidden"][:, 1:, :]
             lp = torch.log_softmax(hid.float(), -1)
             v, i = torch.sort(lp, dim=-1, descending=True, stable=True)
-            tree = build_ddtree_tree_heap(i[..., :topk], v[..., :topk], bonus, seq_lens, budget)
+            tree = build_ddtree_tree_heap(i[..., :topk], v[..., :topk], bonus, seq_lens, step_budget)
             tt = torch.empty(BS, n, dtype=torch.long)
             for b in range(BS):
                 for node in range(n):
@@ -327,6 +379,8 @@ def main() -> None:
             bonus = res.next_draft_input.bonus_tokens.clone()
             seq_lens = res.new_seq_lens.clone()
             case["steps"] += 1
+            if AUTO.get("on"):
+                AUTO.setdefault("seen", []).append((res.logits_output.customized_info or {}).get("ddtree_budget"))
             if metrics:
                 case["customized_info_keys"] = sorted((res.logits_output.customized_info or {}).keys())
                 case["metrics_summary"] = w.ddtree_metrics.summary()
@@ -340,6 +394,15 @@ def main() -> None:
         prompts = [[(7 * b + k) % VOCAB for k in range(3 + b)] for b in range(BS)]
         report["cases"].append(run_case(budget, topk, metrics, prompts, 6))
 
+    # --speculative-ddtree-budget auto (patch 0020): the worker's tree is the largest budget's;
+    # each step verifies the subtree of the budget DDTreeAutoBudget picks (eagerly here).
+    AUTO.update(on=True, budgets=[5, 11, 23])
+    prompts = [[(7 * b + k) % VOCAB for k in range(3 + b)] for b in range(BS)]
+    auto_case = run_case(23, 4, True, prompts, 8)
+    auto_case["customized_budgets"] = AUTO.get("seen")
+    report["auto"] = auto_case
+    AUTO.clear()
+
     report["graphed"] = run_graphed(run_case)
 
     # Against the offline reference engine (tools/ddtree_offline): its tiny HF target and
@@ -350,6 +413,8 @@ def main() -> None:
 
 
 GRAPHS: dict = {}
+AUTO: dict = {}  # the auto-budget case: {"on": True, "budgets": [...]}
+DRAFT_GRAPH_BS = (1, 2, 4)  # the stand-in draft graphs' batch sizes: a batch of 3 pads into 4
 
 
 def run_graphed(run_case) -> dict:
@@ -383,7 +448,7 @@ def run_graphed(run_case) -> dict:
     torch.cuda.memory_reserved = lambda *a, **k: 0
     torch.cuda.graph_pool_handle = lambda: None
     out = {}
-    for mode in ("worker", "legacy"):
+    for mode in ("worker", "legacy", "draft-graph"):
         GRAPHS.clear()
         GRAPHS["mode"] = mode
         del events[:]
@@ -391,7 +456,10 @@ def run_graphed(run_case) -> dict:
         case = run_case(12, 3, False, prompts, 6)
         out[mode] = {"events": list(events), "captured": GRAPHS.get("captured"),
                      "mismatch": case["mismatch"], "lossless": case["lossless"],
-                     "same_tree": case["same_tree"]}
+                     "same_tree": case["same_tree"], "draft_events": GRAPHS.get("draft_events"),
+                     "sampler": repr(GRAPHS.get("sampler")),
+                     "builder_graphs_at_startup": (
+                         GRAPHS["worker"].capture_ddtree_builder_graphs() if mode == "draft-graph" else None)}
     GRAPHS.clear()
     return out
 

@@ -60,8 +60,28 @@ def test_derived_shape(report, name, b, k, budget):
     assert r["page_size"] == 1
     # CUDA graphs stay on with triton (patch 0014's default since the H200 check), off otherwise
     assert r["disable_cuda_graph"] is (r["attention_backend"] != "triton"), r
-    assert r["disable_overlap_schedule"] is True
+    # Overlap scheduling stays on (SGLang's default) under DDTREE since patch 0018.
+    assert r["disable_overlap_schedule"] is False, r
     assert r["attention_backend"] in ("flashinfer", "triton")
+
+
+def test_overlap_schedule_can_still_be_turned_off(report):
+    r = _ok(report, "overlap_off_by_flag")
+    assert r["speculative_algorithm"] == "DDTREE" and r["disable_overlap_schedule"] is True, r
+
+
+def test_auto_budget_resolves_to_the_largest_of_its_budgets(report):
+    """Issue 20 (patch 0020): --speculative-ddtree-budget auto keeps the word (the worker reads it)
+    and sizes everything static for the largest budget it may pick, 8b - 1: the verify width, KV
+    reserve and the top-K cap (min(127, 32))."""
+    r = _ok(report, "budget_auto")
+    assert r["speculative_ddtree_budget"] == "auto", r
+    assert r["speculative_num_draft_tokens"] == 128 and r["speculative_eagle_topk"] == 32, r
+    assert r["speculative_num_steps"] == 15 and r["disable_overlap_schedule"] is False, r
+    r = _ok(report, "budget_auto_b8")
+    assert r["speculative_num_draft_tokens"] == 64 and r["speculative_eagle_topk"] == 32, r
+    assert report["budget_arg_error"] == (
+        "ArgumentTypeError: expected a number of tree nodes (e.g. 64) or 'auto', got 'lots'"), report
 
 
 def test_defaults_and_flags(report):
@@ -95,6 +115,7 @@ def test_defaults_and_flags(report):
     ("err_rejection_sampling", "--speculative-use-rejection-sampling"),
     ("err_pp", "--pp-size 1"),
     ("err_cpu_device", "only supported on CUDA"),
+    ("err_auto_tp2", "--speculative-ddtree-budget auto needs --tp-size 1"),
 ])
 def test_invalid_combination_refused(report, name, needle):
     c = report["cases"][name]

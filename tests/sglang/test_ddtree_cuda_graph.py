@@ -43,8 +43,8 @@ def test_flag_keeps_decode_graphs_on(rep):
         assert c["decode"] == "full", c
         assert c["disable_cuda_graph"] is False, c
         assert c["attention_backend"] in ("flashinfer", "triton"), c
-        # What stays off with graphs on: overlap scheduling (not validated with the tree).
-        assert c["disable_overlap_schedule"] is True, c
+        # Overlap scheduling stays on with graphs (patch 0018).
+        assert c["disable_overlap_schedule"] is False, c
     assert _ok(rep, "flag_triton")["num_draft_tokens"] == 65
     assert _ok(rep, "flag_triton_b255")["num_draft_tokens"] == 256
 

@@ -2,8 +2,8 @@
 
 What is REAL (the patched SGLang code, imported under its real dependencies):
   ``DDTreeWorkerV2.forward_batch_generation`` -> ``_forward_ddtree_decode`` (the whole step as
-  shipped), ``candidate_topk`` from ``srt/models/dflash.py`` (its CPU top-k + logsumexp path,
-  through a real dense lm_head module), ``ddtree_depth_topk_from_candidates``,
+  shipped), ``DDTreeDraftHead`` (the lm_head projection through a real dense lm_head module,
+  ``topk_logprobs_from_logits``' CPU path, ``ddtree_guard_topk``),
   ``build_ddtree_tree_from_topk`` (the core, patch 0001), ``DDTreeVerifyInput.from_tree`` and
   ``ddtree_verify_mask`` (FULL_MASK layout, the one the GPU backends read),
   ``make_draft_input_v2`` / ``DFlashDraftInputV2``, ``GenerationBatchResult``, the accepted-path
@@ -106,6 +106,36 @@ def test_builder_graphs_captured_at_startup_never_in_a_step(report):
         ["startup", "capture", 4], ["startup", "capture", 2], ["startup", "capture", 1]], worker
     assert worker["events"][3:] == [["forward", "replay", 4]] * 6, worker
     assert ["forward", "capture", 3] in legacy["events"], legacy  # the detector works
+
+
+def test_tree_taken_from_the_draft_graph_replay(report):
+    """Issue 20 (patch 0019): with decode CUDA graphs the per-depth top-K and the tree builder
+    are a capture tail hook of the draft runner (DDTreeDraftHead), registered by the worker
+    right before the draft graphs are captured, so a graphed step takes its tree from the draft
+    graph's replay (static buffers; a batch of 3 padded into the size-4 graph, garbage padding
+    rows) instead of running the top-K and the builder after it. The stand-in replay hands the
+    worker no hidden states, so a step that recomputed the tree would fail. The builder's own
+    graphs are then not captured at start-up. (CUDA graphs stood in: see run_graphed.)"""
+    g = report["graphed"]["draft-graph"]
+    assert g["mismatch"] == [] and g["lossless"] and g["same_tree"], g
+    assert g["sampler"] == "None", g  # no linear-DFlash greedy head in the draft graph
+    assert g["draft_events"] == [["startup", 4], ["startup", 2], ["startup", 1]] + [["forward", 4]] * 6, g
+    assert g["builder_graphs_at_startup"] == [], g
+
+
+def test_auto_budget_steps_verify_the_subtree_of_the_chosen_budget(report):
+    """Issue 20 (patch 0020): with ``--speculative-ddtree-budget auto`` the worker builds the largest
+    budget's tree and each step verifies the subtree of the budget its controller picks (a new
+    batch size runs every candidate once, smallest first). Every step's verified tree equals the
+    heap oracle's tree for that budget, the tokens equal the reference walk and target-only greedy,
+    the debug metrics' tree size is the verified tree's, and meta_info's ``ddtree_budget`` says
+    which budget each request-step ran."""
+    a = report["auto"]
+    assert a["mismatch"] == [] and a["lossless"] and a["same_tree"], a
+    assert a["budgets_run"][:3] == [5, 11, 23], a["budgets_run"]  # the cold start
+    assert set(a["budgets_run"]) == {5, 11, 23} and len(a["budgets_run"]) == 8, a
+    assert a["customized_budgets"] == [[b] * 3 for b in a["budgets_run"]], a
+    assert a["metrics_summary"]["request_steps"] == 24, a
 
 
 def test_step_matches_offline_engine(report):
