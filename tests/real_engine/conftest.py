@@ -111,6 +111,15 @@ class EnginePool:
         self.stop()
         return EngineProc(name, kwargs, self.site, self.log_dir)
 
+    def pristine(self, name: str) -> EngineProc:
+        """The named config on the UNPATCHED pinned wheel (the verified snapshot's ``sglang/``)."""
+        from ddtree_deploy.pin import snapshot
+
+        self.stop()
+        self.current = EngineProc(f"{name}-pristine", self.kwargs(name), snapshot.ensure_snapshot(),
+                                  self.log_dir, extra_env={"DDTREE_REAL_ENGINE_PRISTINE": "1"})
+        return self.current
+
     def stop(self) -> None:
         if self.current is not None:
             cur, self.current = self.current, None

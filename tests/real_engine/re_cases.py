@@ -61,6 +61,12 @@ def engine_kwargs(name: str, models: dict) -> dict:
         "ddtree16": dict(ddtree, speculative_ddtree_budget=16, speculative_ddtree_debug_metrics=True, **cap8,
                          chunked_prefill_size=CHUNK),
         "ddtree64": dict(ddtree, speculative_ddtree_budget=64, **cap8),
+        # --speculative-ddtree-budget auto: each step picks B from 3/7/15/31 (block 4: the widths
+        # 4/8/16/32 keep the interpreted verify cheap); debug metrics report each step's tree size.
+        "ddtree-auto": dict(ddtree, speculative_ddtree_budget="auto", speculative_dflash_block_size=4,
+                            speculative_ddtree_debug_metrics=True, **cap8),
+        # The synchronous scheduler (overlap off, the one switch users have): B = 16 as ddtree16.
+        "ddtree16-sync": dict(ddtree, speculative_ddtree_budget=16, disable_overlap_schedule=True, **cap8),
         # B >= depth = block_size - 1 is required: B=1 and B=4 run the drafter at block 2 / 5.
         "ddtree1": dict(ddtree, speculative_ddtree_budget=1, speculative_dflash_block_size=2),
         "ddtree4": dict(ddtree, speculative_ddtree_budget=4, speculative_dflash_block_size=5),

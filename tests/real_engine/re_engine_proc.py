@@ -52,7 +52,7 @@ def engine_env(site: Path) -> dict:
 
 
 class EngineProc:
-    def __init__(self, name: str, kwargs: dict, site: Path, log_dir: Path):
+    def __init__(self, name: str, kwargs: dict, site: Path, log_dir: Path, extra_env: dict | None = None):
         self.name = name
         self.kwargs = kwargs
         self.log_path = log_dir / f"engine-{name}.log"
@@ -62,7 +62,7 @@ class EngineProc:
         self.proc = subprocess.Popen(
             [sys.executable, str(SUPPORT / "engine_driver.py"), str(cmd_r), str(res_w)],
             pass_fds=(cmd_r, res_w), stdin=subprocess.DEVNULL, stdout=self._log,
-            stderr=subprocess.STDOUT, env=engine_env(site), start_new_session=True,
+            stderr=subprocess.STDOUT, env={**engine_env(site), **(extra_env or {})}, start_new_session=True,
         )
         os.close(cmd_r)
         os.close(res_w)

@@ -1,4 +1,5 @@
-"""DDTREE (B=16, --speculative-ddtree-debug-metrics, --chunked-prefill-size 16) on the real engine.
+"""DDTREE (B=16, --speculative-ddtree-debug-metrics, --chunked-prefill-size 16) on the real engine,
+under SGLang's overlap scheduler (step i + 1 is scheduled before step i's results are processed).
 
 Every greedy case is compared token for token with transformers' greedy generate() and with the
 plain engine's output for the same prompt.
@@ -9,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 import re_cases as cases
-from re_checks import assert_greedy, assert_tokens
+from re_checks import assert_greedy, assert_overlap, assert_tokens
 
 ENGINE = "ddtree16"
 
@@ -18,6 +19,7 @@ ENGINE = "ddtree16"
 def eng(engines):
     engines.plain(list(cases.PROMPTS) + [cases.LONG_PROMPT], cases.N_NEW)  # references first
     e = engines.get(ENGINE)
+    assert_overlap(e)  # every case of this module runs under the overlap scheduler
     yield e
     engines.stop()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import re_cases as cases
-from re_checks import assert_greedy
+from re_checks import assert_greedy, assert_overlap
 from re_engine_proc import StartupRefused
 
 
@@ -35,6 +35,7 @@ def test_kv_rows_at_the_context_limit(engines, hf_greedy):
     eng = engines.get("headroom")
     try:
         assert int(eng.server_args["context_length"]) == cases.HEADROOM_CONTEXT
+        assert_overlap(eng)
         outs = eng.generate(prompts, [cases.greedy(n) for n in ns])
         for p, n, o, pl in zip(prompts, ns, outs, plain):
             assert len(p) + n == cases.HEADROOM_CONTEXT - 2

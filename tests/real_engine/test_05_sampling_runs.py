@@ -9,11 +9,13 @@ batches are the ones the series routes to its tree-walk sampler, so those are wh
 from __future__ import annotations
 
 import re_cases as cases
+from re_checks import assert_overlap
 
 
 def _run(engines):
     eng = engines.get("sampling")
     try:
+        assert_overlap(eng)
         out = []
         for p in cases.PROMPTS:  # one at a time: the batch composition is the same in both runs
             o = eng.generate([p], dict(max_new_tokens=cases.N_NEW, temperature=0.9, top_p=0.95,

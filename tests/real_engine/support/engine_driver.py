@@ -67,7 +67,8 @@ async def _script(engine, reqs):
 _REPORTED = ("device", "dtype", "attention_backend", "chunked_prefill_size", "context_length",
              "max_running_requests", "page_size", "disable_cuda_graph", "speculative_algorithm",
              "speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_num_draft_tokens",
-             "speculative_num_steps", "speculative_eagle_topk", "speculative_dflash_block_size")
+             "speculative_num_steps", "speculative_eagle_topk", "speculative_dflash_block_size",
+             "disable_overlap_schedule")
 
 
 def main() -> int:

@@ -5,7 +5,8 @@ Active only when ``DDTREE_REAL_ENGINE_SHIMS=1``. Each shim is applied right afte
 touches is imported; none touches a worker, the scheduler, an attention backend or a model:
 
 1. ``arg_groups/speculative_hook.py`` ``_handle_dflash`` (pinned wheel :294-301) and the series'
-   ``_handle_ddtree`` refuse device ``cpu`` (the real kernels are CUDA ones). While (only while)
+   ``_handle_ddtree`` (absent from the unpatched wheel, ``DDTREE_REAL_ENGINE_PRISTINE=1``) refuse
+   device ``cpu`` (the real kernels are CUDA ones). While (only while)
    those two functions run, the live config view they read reports ``device == "cuda"``; every
    other check and every value they derive is theirs, and the engine still runs with device cpu.
 2. ``torch.Tensor.record_stream`` raises on CPU tensors ("unknown parameter type"); DFlash
@@ -51,8 +52,11 @@ def _shim_speculative_hook(mod):
         run.__wrapped__ = fn
         return run
 
+    pristine = os.environ.get("DDTREE_REAL_ENGINE_PRISTINE") == "1"  # the unpatched wheel: no DDTREE
     for name in ("_handle_dflash", "_handle_ddtree"):
         if not hasattr(mod, name):
+            if pristine and name == "_handle_ddtree":
+                continue
             raise RuntimeError(f"real-engine shim: {mod.__name__}.{name} is gone; update the shim")
         setattr(mod, name, wrap(getattr(mod, name)))
 
