@@ -7,12 +7,15 @@ PY := $(VENV)/bin/python
 DD := $(VENV)/bin/ddtree-deploy
 PYTHON ?= python3
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# The demo needs only the tool's own dependencies (no torch, no CUDA): its host's smoke is then
+# py_compile only. `make test` installs the rest into the same venv.
+DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle mutation clean
+.PHONY: help venv demo-venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle mutation clean
 
 help:
-	@echo "make demo    push -> status -> smoke -> rollback against a throwaway loopback host"
+	@echo "make demo    side-by-side rollout, then push -> status -> smoke -> rollback, on a throwaway loopback host"
 	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
 	@echo "make check   ddtree-deploy check on the repo's series"
 	@echo "make lint    ruff (lint + format check) and mypy --strict on the core packages"
@@ -24,6 +27,13 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q -e '.[test,ddtree,sglang-deps,real-engine]'
+	touch $@
+
+demo-venv: $(DEMO_STAMP)
+
+$(DEMO_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e .
 	touch $@
 
 # The SSH tests and the demo run a real OpenSSH server on loopback.
@@ -43,7 +53,8 @@ check: snapshot
 build: snapshot
 	$(DD) build --out build/sglang-0.5.23
 
-demo: venv sshd snapshot
+demo: demo-venv sshd
+	$(DD) snapshot fetch
 	$(DD) demo
 
 # The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.

@@ -29,7 +29,7 @@ so that ``ddtree-deploy compare`` has something to catch.
 It binds 127.0.0.1 only, and stops by itself: after ``--max-lifetime`` seconds, or as soon as
 its parent process is gone.
 
-    python tools/standin_server.py --port 30000 --method ddtree --budget 64 --drafter-quality 0.8
+    python tools/standin_server.py --port 30100 --method ddtree --budget 64 --drafter-quality 0.8
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def make_handler(app: StandIn):
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Stand-in for an SGLang server (offline DDTree engine, tiny random model, CPU).")
-    ap.add_argument("--port", type=int, default=30000)
+    ap.add_argument("--port", type=int, default=30100)  # not 30000: SGLang's default, usually production's
     ap.add_argument("--method", choices=("target", "baseline", "dflash", "ddtree"), default="ddtree")
     ap.add_argument("--budget", type=lambda v: int(v) if v.strip() else 64, default=64,
                     help="tree budget (ddtree); an empty value means the default, so one template serves all methods")

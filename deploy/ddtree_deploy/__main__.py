@@ -1,5 +1,5 @@
 """``python -m ddtree_deploy`` is the same as the ``ddtree-deploy`` console script."""
 
-from ddtree_deploy.cli import main
+from ddtree_deploy._entry import main
 
 main()

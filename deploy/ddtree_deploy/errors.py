@@ -9,7 +9,7 @@ Exit codes (keep in sync with the README's table):
 ====  ==========================================================================
 0     success
 1     unexpected failure (a bug: please report it)
-2     usage error (bad flag, unknown host, bad inventory or config)
+2     usage error (bad flag, unknown host, bad inventory or config; always with a hint)
 3     snapshot or pin error (download failed, wheel or file hash differs from the pin)
 4     patch error (parse error, refused path, does not apply exactly)
 5     compile error (a patched ``.py`` file does not ``py_compile``)
@@ -19,7 +19,7 @@ Exit codes (keep in sync with the README's table):
 9     rollback failed or backup unusable: the host needs a human (see ``status``)
 10    several hosts were asked and some of them failed (see the table / ``--json``)
 11    comparison against a baseline failed its thresholds
-12    smoke test failed on a host (nothing was changed by ``smoke`` itself)
+12    smoke test or health check failed on a host (nothing was changed by ``smoke`` itself)
 13    could not reach the host, or lost the connection to it (retry; for a push see ``status``)
 14    ``status --strict``: a host is drifted, interrupted or needs a human
 130   interrupted (Ctrl-C)
@@ -304,6 +304,15 @@ class CompareFailedError(DDTreeDeployError):
 class SmokeFailedError(RemoteError):
     kind = ErrorKind.SMOKE_FAILED
     exit_code = ExitCode.SMOKE_FAILED
+
+
+class Interrupted(DDTreeDeployError):
+    """The user pressed Ctrl-C (exit 130): raised where a step noticed it, or by the CLI for a
+    KeyboardInterrupt anywhere in a command."""
+
+    kind = ErrorKind.INTERRUPTED
+
+    exit_code = ExitCode.INTERRUPTED
 
 
 class EmptyPatchError(PatchParseError):

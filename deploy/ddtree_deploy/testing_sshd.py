@@ -11,6 +11,7 @@ creates ``/run/sshd`` (the privilege-separation directory) when missing.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -346,3 +347,79 @@ def write_inventory(path: Path, tables: dict[str, dict[str, Any]]) -> Path:
                 lines.append(f"{k} = {toml_value(v)}\n")
     path.write_text("".join(lines))
     return path
+
+
+# --- a stand-in server for a side-by-side venv on a fake host ----------------------------------------
+
+# NOT SGLang: a few lines of HTTP that answer /health and /server_info with the sglang version the
+# interpreter running it imports (so a test or the demo can see which environment a server runs in).
+# It binds 127.0.0.1 and stops by itself after its lifetime.
+STANDIN_SERVER_SRC = r"""
+import json, sys, threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from importlib import metadata
+
+port, lifetime = int(sys.argv[1]), float(sys.argv[2])
+info = {"standin": True, "sglang_version": metadata.version("sglang"), "python": sys.executable}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path in ("/health", "/server_info")
+        body = json.dumps(info).encode() if ok else b"{}"
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+server = HTTPServer(("127.0.0.1", port), Handler)
+threading.Timer(lifetime, server.shutdown).start()
+server.serve_forever()
+"""
+
+
+@dataclass(frozen=True)
+class StandinServer:
+    """Shell commands that start / stop the stand-in server with a given interpreter on a fake host."""
+
+    script: Path
+    port: int
+    pidfile: Path
+    log: Path
+
+    def restart_command(self, python: str, lifetime: float = 900.0) -> str:
+        return (
+            f"{self.stop_command()}; setsid nohup {shlex.quote(python)} {shlex.quote(str(self.script))} {self.port} "
+            f"{lifetime:g} > {shlex.quote(str(self.log))} 2>&1 < /dev/null & echo $! > {shlex.quote(str(self.pidfile))}"
+        )
+
+    def stop_command(self) -> str:
+        pid = shlex.quote(str(self.pidfile))
+        return f"if [ -f {pid} ]; then kill $(cat {pid}) 2>/dev/null; rm -f {pid}; fi; true"
+
+    def health_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/health"
+
+    def kill(self) -> None:
+        """Stop it from here (test teardown), by the pid it recorded."""
+        try:
+            pid = int(self.pidfile.read_text().strip())
+        except (OSError, ValueError):
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def standin_server(directory: Path, port: int | None = None) -> StandinServer:
+    """Write the stand-in server's script into ``directory`` (on the fake host) and pick a free port."""
+    directory.mkdir(parents=True, exist_ok=True)
+    script = directory / "standin_server.py"
+    script.write_text(STANDIN_SERVER_SRC)
+    return StandinServer(script, port or free_port("127.0.0.1"), directory / "standin.pid", directory / "standin.log")

@@ -45,13 +45,9 @@ def test_chat_rendering_multi_turn_and_decoded_divergence(bench_env, tokenizer_d
     out = tmp_path / "out"
     with standin(bench_env, "--method", "ddtree", "--budget", "8") as url:
         proc = run_cli(bench_env, "bench", url, "--budgets", "8", "--reference-runs", "", "--dataset", str(prompts),
-                       "--tokenizer", str(tokenizer_dir), "--max-new-tokens", "6", "--out", str(out), "--no-progress")
+                       "--tokenizer", str(tokenizer_dir), "--max-new-tokens", "6", "--out", str(out), "--no-progress",
+                       "--use-running-server")
         assert proc.returncode == 0, proc.stderr[-3000:]
-        # A restart-style command (exits 0 at once) just waits for health of the running server.
-        again = run_cli(bench_env, "bench", url, "--budgets", "8", "--reference-runs", "", "--dataset", str(prompts),
-                        "--tokenizer", str(tokenizer_dir), "--max-new-tokens", "6", "--out", str(tmp_path / "again"),
-                        "--server-command", "true", "--no-progress")
-        assert again.returncode == 0, again.stderr[-3000:]
     recs = [json.loads(l) for l in (out / "runs.jsonl").read_text().splitlines()]
     assert [x["prompt_index"] for x in recs] == [0, 1, 2]  # every turn is a prompt, as in the reference
     assert recs[0]["meta_info"]["prompt_tokens"] == len(ids)
@@ -68,6 +64,34 @@ def test_chat_rendering_multi_turn_and_decoded_divergence(bench_env, tokenizer_d
     (d,) = g["divergences"]
     assert (g["dataset"], g["method"], d["prompt_index"], d["position"]) == ("chat", "ddtree_tb8", 2, 3)
     assert d["decoded"]["run_next"] == ("what is two" if first == 3 else "is is two")
+
+
+def test_bench_never_starts_or_measures_a_server_on_a_port_that_already_answers(bench_env, tmp_path):
+    """Issue 23: a server already answering on the run's port (production, say) is neither restarted
+    by a server command nor measured, and without a server command bench measures nothing unless told to."""
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text(json.dumps({"input_ids": [1, 2]}) + "\n")
+    marker = tmp_path / "ran"
+    common = ["--budgets", "8", "--reference-runs", "", "--dataset", str(prompts), "--max-new-tokens", "4", "--no-progress"]
+    with standin(bench_env, "--method", "ddtree", "--budget", "8") as url:
+        # a command that would (re)start the service on that port: refused before it runs
+        again = run_cli(bench_env, "bench", url, *common, "--out", str(tmp_path / "a"), "--server-command", f"touch {marker}")
+        assert again.returncode == 6, again.stderr[-2000:]
+        assert "already answers" in again.stderr and "fix:" in again.stderr
+        assert not marker.exists() and not (tmp_path / "a").exists()
+        # no server command: nothing is measured unless --use-running-server
+        bare = run_cli(bench_env, "bench", url, *common, "--out", str(tmp_path / "b"))
+        assert bare.returncode == 2 and "--use-running-server" in bare.stderr and not (tmp_path / "b").exists()
+        # a URL without a port has no default (30000 is usually production's)
+        noport = run_cli(bench_env, "bench", "http://127.0.0.1", *common, "--out", str(tmp_path / "c"),
+                         "--server-command", "serve --port {port}")
+        assert noport.returncode == 2 and "names no port" in noport.stderr
+        # --dry-run shows the plan and flags the busy port, starting and writing nothing
+        dry = run_cli(bench_env, "bench", url, *common, "--out", str(tmp_path / "d"), "--server-command",
+                      f"touch {marker} --port {{port}}", "--dry-run", "--json")
+        assert dry.returncode == 0, dry.stderr[-2000:]
+        assert json.loads(dry.stdout)["runs"][0]["port_in_use"] is True and "PORT IN USE" in dry.stderr
+        assert not marker.exists() and not (tmp_path / "d").exists()
 
 
 def test_server_that_never_becomes_healthy_is_stopped(bench_env, tmp_path):

@@ -107,7 +107,7 @@ def test_compare_passes_on_identical_runs(sweep, bench_env):
     proc = run_cli(bench_env, "compare", str(runs), str(runs), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert set(doc) == {"ok", "exit_code", "error", "message", "report"} and doc["error"] is None  # one shape
+    assert set(doc) == {"ok", "exit_code", "error", "message", "hint", "report"} and doc["error"] is None  # one shape
     report = doc["report"]
     assert report["ok"] and len(report["groups"]) == 4
     assert all(g["exact_match_rate"] == 1.0 and g["tpot_ratio"] == pytest.approx(1.0) for g in report["groups"])
@@ -115,7 +115,7 @@ def test_compare_passes_on_identical_runs(sweep, bench_env):
     proc = run_cli(bench_env, "compare", str(runs), str(runs), "--against", "baseline", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert set(doc) == {"ok", "exit_code", "error", "message", "report"} and doc["error"] is None  # one shape
+    assert set(doc) == {"ok", "exit_code", "error", "message", "hint", "report"} and doc["error"] is None  # one shape
     report = doc["report"]
     assert {g["ref_method"] for g in report["groups"]} == {"baseline"} and len(report["groups"]) == 4
     assert all(g["exact_match_rate"] == 1.0 for g in report["groups"])
@@ -150,7 +150,7 @@ torch.save({{"responses": responses, "block_size": 8, "draft_attn_implementation
     proc = run_cli(bench_env, "compare", str(pt), str(out / "runs.jsonl"), "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = json.loads(proc.stdout)
-    assert set(doc) == {"ok", "exit_code", "error", "message", "report"} and doc["error"] is None  # one shape
+    assert set(doc) == {"ok", "exit_code", "error", "message", "hint", "report"} and doc["error"] is None  # one shape
     report = doc["report"]
     groups = {g["method"]: g for g in report["groups"]}
     assert set(groups) == {"baseline", "dflash", "ddtree_tb4", "ddtree_tb16"}
@@ -169,11 +169,11 @@ def test_compare_catches_planted_divergence(sweep, bench_env, prompts_file, tmp_
                  "--plant-first-token", "7", "--plant-position", "5") as url:
         # A server answering for another budget than the run claims is refused.
         wrong = run_cli(bench_env, "bench", url, "--budgets", "8", "--reference-runs", "", "--dataset", str(prompts_file),
-                        "--max-new-tokens", "4", "--out", str(tmp_path / "wrong"), "--no-progress")
+                        "--max-new-tokens", "4", "--out", str(tmp_path / "wrong"), "--no-progress", "--use-running-server")
         assert wrong.returncode != 0 and "--speculative-ddtree-budget 16" in wrong.stderr, wrong.stderr[-2000:]
         # Default reference runs: this one DDTREE server cannot serve them; they are skipped, not mislabelled.
         proc = run_cli(bench_env, "bench", url, "--budgets", "16", "--dataset", str(prompts_file), "--concurrency", "3",
-                       "--max-new-tokens", str(MAX_NEW), "--out", str(planted), "--no-progress")
+                       "--max-new-tokens", str(MAX_NEW), "--out", str(planted), "--no-progress", "--use-running-server")
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "skipping the baseline reference run" in proc.stderr and "skipping the dflash reference run" in proc.stderr
     runs = planted / "runs.jsonl"
@@ -184,7 +184,7 @@ def test_compare_catches_planted_divergence(sweep, bench_env, prompts_file, tmp_
     js = run_cli(bench_env, "compare", str(out / "runs.jsonl"), str(runs), "--json")
     assert js.returncode == 11
     doc = json.loads(js.stdout)
-    assert set(doc) == {"ok", "exit_code", "error", "message", "report"}  # the success's shape
+    assert set(doc) == {"ok", "exit_code", "error", "message", "hint", "report"}  # the success's shape
     assert doc["ok"] is False and doc["exit_code"] == 11 and doc["error"] == "CompareFailedError"
     (g,) = doc["report"]["groups"]
     assert (g["dataset"], g["method"], g["exact_match"], g["diverged"]) == ("toy", "ddtree_tb16", 2, 1)

@@ -103,7 +103,8 @@ def test_check_reports_drift_in_the_base_with_file_and_hunk(two_patch_series, sn
     assert rep["ok"] is False
     statuses = {p["name"]: p["status"] for p in rep["patches"]}
     assert statuses == {"0001-marker.patch": "failed", "0002-hook.patch": "not-reached"}
-    e = rep["error"]
+    e = rep  # one envelope for every --json (issue 23): the error's id in "error", its details after it
+    assert e["error"] == "PatchApplyError" and e["exit_code"] == 4
     assert (e["patch"], e["file"], e["hunk"], e["line"]) == ("0001-marker.patch", SPEC, 1, idx)
     assert e["actual"].endswith("# local edit\n") and not e["expected"].endswith("# local edit\n")
     assert "hunk #1" in r.stderr and SPEC in r.stderr and "fix:" in r.stderr
@@ -286,7 +287,7 @@ def test_base_that_drifted_from_the_pin_is_refused_even_where_every_hunk_applies
     pin = str(series_dir.parent / "pin.toml")
     r = run_cli("check", "--series", str(series_dir), "--against", str(against), "--pin", pin, "--json")
     assert r.returncode == 3, r.stdout + r.stderr
-    e = json.loads(r.stdout)["error"]
+    e = json.loads(r.stdout)
     assert e["error"] == "HashMismatchError" and e["file"] == SPEC
     assert e["expected_sha256"] == sha256_bytes(pristine) and e["actual_sha256"] == sha256_bytes(b"".join(lines))
     with pytest.raises(HashMismatchError):
@@ -402,8 +403,8 @@ def test_compile_error_message_names_file_and_line(tmp_path, make_series, snapsh
         assert r.returncode == 5, r.stderr
         assert "error: sglang/srt/bad_mod.py:2: invalid syntax (introduced by 0001-bad.patch)" in r.stderr, r.stderr
     r = run_cli("check", "--series", str(d), "--pin", str(pin), "--against", str(snapshot_root), "--json")
-    e = json.loads(r.stdout)["error"]
-    assert (e["file"], e["line"], e["patch"]) == ("sglang/srt/bad_mod.py", 2, "0001-bad.patch")
+    e = json.loads(r.stdout)
+    assert e["error"] == "CompileError" and (e["file"], e["line"], e["patch"]) == ("sglang/srt/bad_mod.py", 2, "0001-bad.patch")
     assert e["message"].startswith("sglang/srt/bad_mod.py:2:")
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from ddtree_deploy.build.manifest import FileEntry, Manifest, PatchEntry
+from ddtree_deploy.build.manifest import MANIFEST_NAME, FileEntry, Manifest, PatchEntry
 from ddtree_deploy.errors import CompileError, DDTreeDeployError, HashMismatchError, PinError, UsageError
 from ddtree_deploy.hashing import sha256_bytes
 from ddtree_deploy.patches.engine import ApplyResult, BaseReader, FileResult, apply_series, compile_check, tree_mode, tree_reader
@@ -130,19 +130,79 @@ def manifest_for(result: ApplyResult, pin: Pin | None) -> Manifest:
     )
 
 
-def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
-    """Write the patched files + manifest into ``out_dir``, replacing it whole (never half-written)."""
-    out_dir = Path(out_dir).resolve()
+# What ``build --out DIR`` finds at DIR, and whether it may replace it.
+OUT_NEW = "new"  # nothing there: created
+OUT_EMPTY = "empty"  # an empty directory: nothing is lost by replacing it
+OUT_BUILD = "previous-build"  # a directory holding a previous build (its manifest.json): replaced
+OUT_FORCED = "forced"  # anything else, replaced because of --force
+
+
+def out_dir_action(out_dir: Path, *, force: bool = False) -> str:
+    """What writing a build to ``out_dir`` does there; refuses (``UsageError``, exit 2) to replace
+    anything but a previous build or an empty directory unless ``force``, and never replaces the
+    current directory, one of its parents, or ``/`` (not even with ``force``)."""
+    out_dir = Path(out_dir).absolute()
+    resolved = out_dir.resolve()
+    blocker = next((a for a in out_dir.parents if a.exists() and not a.is_dir()), None)
+    if blocker is not None:
+        raise UsageError(
+            f"cannot write the build output {out_dir}: {blocker} is a file, not a directory",
+            hint="choose a writable --out directory",
+            details={"out": str(out_dir)},
+        )
+    if not os.path.lexists(out_dir):
+        return OUT_NEW
+    cwd = Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents or resolved == Path(resolved.anchor):
+        raise UsageError(
+            f"--out {out_dir}: refusing to replace the current directory or one of its parents",
+            hint="name a new directory for the build, e.g. --out build/sglang-0.5.23",
+            details={"out": str(out_dir)},
+        )
+    if out_dir.is_dir() and not out_dir.is_symlink():
+        if (out_dir / MANIFEST_NAME).is_file():
+            try:
+                Manifest.load(out_dir / MANIFEST_NAME)
+                return OUT_BUILD
+            except DDTreeDeployError:
+                pass
+        elif not any(out_dir.iterdir()):
+            return OUT_EMPTY
+    if force:
+        return OUT_FORCED
+    what = "a directory that holds no previous build (no valid manifest.json)"
+    if out_dir.is_symlink():
+        what = "a symbolic link"
+    elif not out_dir.is_dir():
+        what = "a file"
+    raise UsageError(
+        f"--out {out_dir} is {what}; build replaces only a previous build's directory, so nothing there is touched",
+        hint=f"choose a new or empty directory (e.g. --out build/sglang-0.5.23), or add --force to replace {out_dir} whole",
+        details={"out": str(out_dir), "found": what},
+    )
+
+
+def write_tree(
+    result: ApplyResult,
+    manifest: Manifest,
+    out_dir: Path,
+    *,
+    force: bool = False,
+    finish: Callable[[Path], None] | None = None,
+) -> Path:
+    """Write the patched files + manifest into ``out_dir``, replacing it whole (never half-written).
+
+    ``out_dir`` may be new, empty, or a previous build; anything else is refused unless ``force``
+    (:func:`out_dir_action`). ``finish(tmp)`` adds to the new tree before it is put in place
+    (``build --wheel`` writes the wheel there)."""
+    action = out_dir_action(out_dir, force=force)
+    out_dir = Path(out_dir).absolute()
     try:
         out_dir.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}.tmp-"))
     except OSError as exc:
-        why = exc.strerror or str(exc)
-        blocker = next((a for a in [out_dir, *out_dir.parents] if a.exists() and not a.is_dir()), None)
-        if blocker is not None:
-            why = f"{blocker} is a file, not a directory"
         raise UsageError(
-            f"cannot write the build output {out_dir}: {why}",
+            f"cannot write the build output {out_dir}: {exc.strerror or exc}",
             hint="choose a writable --out directory",
             details={"out": str(out_dir)},
         ) from None
@@ -157,11 +217,16 @@ def write_tree(result: ApplyResult, manifest: Manifest, out_dir: Path) -> Path:
             if dest.suffix == ".py":
                 _py_compile(dest, fr)
         manifest.save(tmp)
-        if out_dir.exists():
+        if finish is not None:
+            finish(tmp)
+        if action in (OUT_BUILD, OUT_EMPTY, OUT_FORCED):
             old = out_dir.with_name(f".{out_dir.name}.old-{os.getpid()}")
             os.replace(out_dir, old)
             os.replace(tmp, out_dir)
-            shutil.rmtree(old, ignore_errors=True)
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old, ignore_errors=True)
+            else:
+                old.unlink()
         else:
             os.replace(tmp, out_dir)
     finally:
@@ -186,12 +251,32 @@ def build(
     pin: Pin | None | bool = True,
     *,
     require_coverage: bool = True,
+    force: bool = False,
+    dry_run: bool = False,
+    wheel: Path | None = None,
 ) -> Manifest:
-    """Build the series into ``out_dir``; see the module docstring. Returns the manifest."""
+    """Build the series into ``out_dir``; see the module docstring. Returns the manifest.
+
+    ``out_dir`` is checked first (:func:`out_dir_action`: only a new or empty directory or a previous
+    build is replaced, unless ``force``). ``dry_run`` applies and compiles in memory and writes
+    nothing. ``wheel`` (the pinned wheel file) also writes the locally versioned wheel and its
+    hash-pinned ``requirements.txt`` into ``out_dir`` (``build/wheel.py``)."""
+    out_dir_action(out_dir, force=force)
     inputs = resolve_inputs(series_dir, base_dir, pin)
     result = apply_checked(inputs, require_coverage=require_coverage)
     manifest = manifest_for(result, inputs.pin)
-    write_tree(result, manifest, out_dir)
+    if dry_run:
+        return manifest
+    finish = None
+    if wheel is not None:
+        from ddtree_deploy.build.wheel import make_wheel
+
+        pinned = Path(wheel)
+
+        def finish(tmp: Path) -> None:
+            make_wheel(tmp, pinned, tmp)
+
+    write_tree(result, manifest, out_dir, force=force, finish=finish)
     return manifest
 
 

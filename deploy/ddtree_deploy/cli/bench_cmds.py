@@ -28,7 +28,7 @@ def _int_list(text: str, what: str) -> list[int]:
 def bench(
     ctx: typer.Context,
     host: str = typer.Argument(
-        ..., metavar="HOST", help="An inventory host (reads \\[hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30000."
+        ..., metavar="HOST", help="An inventory host (reads \\[hosts.HOST.bench]) or a literal URL like http://127.0.0.1:30100."
     ),
     budgets: str = typer.Option(
         "16,32,64,128,256,512", "--budgets", metavar="BUDGETS", help="Comma-separated DDTree budgets B (tree nodes)."
@@ -92,9 +92,23 @@ def bench(
         None, "--inventory", "-i", metavar="FILE", help="Inventory file (default: $DDTREE_DEPLOY_INVENTORY or deploy/hosts.toml)."
     ),
     no_progress: bool = typer.Option(False, "--no-progress", help="No progress bars."),
+    use_running_server: bool = typer.Option(
+        False,
+        "--use-running-server",
+        help="Measure the server(s) already answering at the run URLs, as they are (no server command). "
+        "Without it bench measures only servers it starts, on ports where nothing answers yet.",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", "-n", help="Check the inputs and show each run's URL and server command; start and write nothing."
+    ),
     json_: bool = JsonOpt,
 ) -> None:
-    """Sweep DDTree budgets on a host: JSONL run records, a table (stderr) and a PNG plot."""
+    """Sweep DDTree budgets on a host: JSONL run records, a table (stderr) and a PNG plot.
+
+    Bench starts each run's server itself (a server command with {port} from the run's URL, which must
+    name a free port; there is no default port) and refuses when that port already answers; it
+    measures a server it did not start only with --use-running-server.
+    """
     env = env_of(ctx)
     from ddtree_deploy.measure.bench import BenchConfig, resolve_target, run_bench
 
@@ -126,11 +140,23 @@ def bench(
         tokenizer=tokenizer,
         health_timeout_s=health_timeout,
         request_timeout_s=request_timeout,
+        use_running_server=use_running_server,
     )
-    summary = run_bench(target, cfg, env.err, progress=not no_progress)
-    env.err.print(f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}", soft_wrap=True)
+    if dry_run:
+        plan = run_bench(target, cfg, env.err, progress=False, dry_run=True)
+        for r in plan["runs"]:
+            busy = " (PORT IN USE: would be refused)" if r["port_in_use"] else ""
+            env.err.print(f"  {r['method']}: {r['url']}{busy}  {r['command'] or '(running server, as it is)'}", markup=False)
+        message = f"dry run: {len(plan['runs'])} run(s) into {plan['out_dir']}; started and wrote nothing"
+        env.err.print(message, markup=False)
+        if json_:
+            env.out_result({**plan, "dry_run": True}, message=message)
+        return
+    summary = run_bench(target, cfg, env.err, progress=not no_progress and not env.quiet)
+    message = f"wrote {summary['files']['runs']}, {summary['files']['plot']}, {summary['files']['summary']}"
+    env.err.print(message, soft_wrap=True, markup=False)
     if json_:
-        env.out_json({"ok": True, **summary})
+        env.out_result(summary, message=message)
     else:
         env.out_line(summary["files"]["runs"])
 
@@ -189,8 +215,8 @@ def compare(
     report["baseline"] = str(baseline)
     report["run"] = str(run)
     render(report, env.err)
-    if json_ and report["ok"]:  # the same keys as the failure's JSON (cli.main prints that one)
-        env.out_json({"ok": True, "exit_code": 0, "error": None, "message": "thresholds pass", "report": report})
+    if json_ and report["ok"]:  # the same envelope as the failure's JSON (cli.main prints that one)
+        env.out_result({"report": report}, message="thresholds pass")
     check(report)  # raises CompareFailedError (exit 11): {"ok": false, "exit_code", "error", "message", "report"}
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
 
-from ddtree_deploy.errors import UsageError
+from ddtree_deploy.errors import Interrupted, UsageError
 
 try:  # typer >= 0.16 vendors its own click
     from typer._click import Context, Parameter  # type: ignore[import-not-found,attr-defined]
@@ -43,19 +44,88 @@ def show_metavars(params: Sequence[Parameter]) -> None:
             p.display_type_rich = _no_type  # type: ignore[method-assign]
 
 
-class Command(TyperCommand):
+def _env(ctx: Context) -> Any:
+    from ddtree_deploy.cli.console import env_of  # console imports typer only; no cycle at import time
+
+    return env_of(ctx)
+
+
+def _set_verbose(ctx: Context, value: int) -> int:
+    if value:
+        _env(ctx).verbosity += value
+    return value
+
+
+def _set_quiet(ctx: Context, value: bool) -> bool:
+    if value:
+        _env(ctx).set_quiet(True)
+    return value
+
+
+def _common_holder(
+    verbose: int = typer.Option(
+        0,
+        "--verbose",
+        "-v",
+        count=True,
+        callback=_set_verbose,
+        help="More detail on stderr (the traceback of an unexpected error; -vv: the SSH library's log too).",
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", callback=_set_quiet, help="No progress, notes or tables on stderr (errors still print)."
+    ),
+) -> None:  # pragma: no cover (never called: it only declares the two options, in typer's own way)
+    pass
+
+
+def common_options() -> list[Parameter]:
+    """``-v`` / ``-q``, accepted by every group and command, so they work before or after the
+    subcommand (``ddtree-deploy -v push x`` = ``ddtree-deploy push x -v``). Declared once, the typer
+    way (``_common_holder``); their values go to the Environment, never to the command function."""
+    holder = typer.Typer()
+    holder.command()(_common_holder)
+    params = [p for p in typer.main.get_command(holder).params if p.name in ("verbose", "quiet")]
+    for p in params:
+        p.expose_value = False
+    return params
+
+
+class _Common:
+    """Mixin: the common options appended to a command's own parameters, and Ctrl-C as an error.
+
+    typer turns a KeyboardInterrupt inside a command into a silent ``Exit(130)``; here it becomes
+    ``errors.Interrupted`` instead, so ``cli.main`` says so (and writes its ``--json`` document).
+    A ``FleetInterrupted`` keeps the message and hint of the run it stopped."""
+
+    _common: list[Parameter] | None = None
+
+    def invoke(self, ctx: Context) -> Any:
+        try:
+            return super().invoke(ctx)  # type: ignore[misc]
+        except KeyboardInterrupt as exc:
+            raise Interrupted(str(exc) or "interrupted", hint=getattr(exc, "hint", None)) from None
+
+    def get_params(self, ctx: Context) -> list[Parameter]:
+        params = super().get_params(ctx)  # type: ignore[misc]
+        if self._common is None:
+            self._common = common_options()
+        taken = {o for p in params for o in getattr(p, "opts", [])}
+        return params + [p for p in self._common if not taken.intersection(p.opts)]
+
+
+class Command(_Common, TyperCommand):
     def format_help(self, ctx: Context, formatter: Any) -> None:
         show_metavars(self.get_params(ctx))
         return super().format_help(ctx, formatter)
 
 
-class Group(TyperGroup):
+class Group(_Common, TyperGroup):
     def format_help(self, ctx: Context, formatter: Any) -> None:
         show_metavars(self.get_params(ctx))
         return super().format_help(ctx, formatter)
 
 
-def _command_of(root: Any, args: Sequence[str]) -> Context:
+def command_context(root: Any, args: Sequence[str]) -> Context:
     """The context of the deepest command that ``args`` name (for an error click raised without one)."""
     cmd, path = root, [PROG]
     for a in args:
@@ -73,7 +143,7 @@ def usage_error(exc: ClickUsageError, root: Any = None, args: Sequence[str] = ()
     ``root`` and ``args`` (the click command and the argv) find the command when click names none."""
     ctx = exc.ctx
     if ctx is None and root is not None:
-        ctx = _command_of(root, args)
+        ctx = command_context(root, args)
     path = ctx.command_path if ctx is not None else PROG
     where = path[len(PROG) :].strip() if path.startswith(PROG) else path
     message = exc.format_message().rstrip(".")

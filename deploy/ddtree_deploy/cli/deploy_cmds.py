@@ -38,17 +38,29 @@ AcceptOpt = typer.Option(
     "--accept-new-host-key",
     help="Record a host key seen for the first time in that host's known_hosts (a changed key is always refused).",
 )
-QuietOpt = typer.Option(False, "--quiet", "-q", help="No progress lines or table (errors still go to stderr).")
 
 lock_app = typer.Typer(
     cls=Group, help="The deploy lock on a host: `status` shows the holder, `release` frees it.", no_args_is_help=True
 )
 
 
-def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool):
+def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool, command: str, *, in_place: bool = False):
+    """The hosts named (or ``--all``); ``in_place`` commands (push, rollback) leave side-by-side hosts
+    out of ``--all`` (``rollout`` installs those) and refuse them by name."""
+    from ddtree_deploy.errors import InventoryError
     from ddtree_deploy.remote.inventory import load_inventory
+    from ddtree_deploy.remote.push import refuse_side_by_side
 
-    return load_inventory(inventory).select(list(names or []), all_)
+    hs = load_inventory(inventory).select(list(names or []), all_, command)
+    if in_place and all_:
+        hs = [h for h in hs if not h.is_side_by_side]
+        if not hs:
+            raise InventoryError(
+                f"{command} --all: the inventory has only side-by-side hosts", hint="ddtree-deploy rollout --all"
+            )
+    for h in hs if in_place else []:
+        refuse_side_by_side(h, command)
+    return hs
 
 
 @contextmanager
@@ -59,12 +71,12 @@ def _build_set(env: Environment, build_dir: Optional[Path]) -> Iterator[BuildSet
     if build_dir is not None:
         yield load_build(build_dir)
         return
-    with _fresh_build(env) as bs:
+    with fresh_build(env) as bs:
         yield bs
 
 
 @contextmanager
-def _fresh_build(env: Environment) -> Iterator[BuildSet]:
+def fresh_build(env: Environment) -> Iterator[BuildSet]:
     from ddtree_deploy.build.build import build
     from ddtree_deploy.paths import cache_dir
     from ddtree_deploy.remote.hostops import load_build
@@ -101,7 +113,6 @@ def push(
         None, "--diff-lines", min=0, metavar="N", help="With --dry-run: show at most N lines of each file's diff (default: all)."
     ),
     json_: bool = JsonOpt,
-    quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Push the patched files to hosts: preflight, lock, backup, atomic upload, compile + smoke, audit.
@@ -113,7 +124,7 @@ def push(
     from ddtree_deploy.remote.push import PushOptions, push_pipeline
 
     test_hooks()  # refuses a hook that does not exist (only delays do) before anything runs
-    hs = _hosts(inventory, hosts, all_)
+    hs = _hosts(inventory, hosts, all_, "push", in_place=True)
     if no_rollback and not restart:
         raise UsageError("--no-rollback only applies together with --restart")
     with _build_set(env, build_dir) as bs:
@@ -121,7 +132,7 @@ def push(
             dry_run=dry_run, accept_new_host_key=accept_new_host_key, restart=restart, no_rollback=no_rollback, why=why
         )
         title = f"{'dry run: ' if dry_run else ''}push {bs.series_id}"
-        results = fleet_ui.run(env, hs, push_pipeline(bs, opts), title=title, quiet=quiet)
+        results = fleet_ui.run(env, hs, push_pipeline(bs, opts), title=title)
         if dry_run and not json_:
             for r in results:
                 for path, diff in (r.data.get("diffs") or {}).items():
@@ -131,7 +142,7 @@ def push(
                         lines = lines[:diff_lines] + [f"# ... {len(lines) - diff_lines} more diff line(s)"]
                     if lines:
                         env.out_line("\n".join(lines))
-        code = fleet_ui.finish(env, results, json_mode=json_, quiet=quiet, extra={"series_id": bs.series_id, "dry_run": dry_run})
+        code = fleet_ui.finish(env, results, json_mode=json_, extra={"series_id": bs.series_id, "dry_run": dry_run})
     _exit(code)
 
 
@@ -142,7 +153,6 @@ def smoke(
     build_dir: Optional[Path] = typer.Option(None, "--build", "-b", metavar="DIR", help="Also use this build's module list."),
     accept_new_host_key: bool = AcceptOpt,
     json_: bool = JsonOpt,
-    quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Re-run py_compile + the smoke import on what is deployed (changes nothing; exit 12 if it fails)."""
@@ -150,10 +160,10 @@ def smoke(
     from ddtree_deploy.remote.hostops import load_build
     from ddtree_deploy.remote.push import smoke_pipeline
 
-    hs = _hosts(inventory, hosts, all_)
+    hs = _hosts(inventory, hosts, all_, "smoke")
     bs = load_build(build_dir) if build_dir else None
-    results = fleet_ui.run(env, hs, smoke_pipeline(bs, accept_new_host_key), title="smoke", quiet=quiet)
-    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=quiet))
+    results = fleet_ui.run(env, hs, smoke_pipeline(bs, accept_new_host_key), title="smoke")
+    _exit(fleet_ui.finish(env, results, json_mode=json_))
 
 
 def rollback(
@@ -172,31 +182,37 @@ def rollback(
         "--force",
         help="Also restore files edited on the host after the deploy (a copy of each is kept in the state dir first).",
     ),
+    restart: bool = typer.Option(
+        False,
+        "--restart",
+        help="Then run the host's restart_command and wait for health_url (audited), as push --restart does. "
+        "Without it a running service keeps the patched code it loaded until it restarts.",
+    ),
     accept_new_host_key: bool = AcceptOpt,
     yes: bool = typer.Option(False, "--yes", "-y", help="Do not ask before rolling several hosts back to pristine."),
     json_: bool = JsonOpt,
-    quiet: bool = QuietOpt,
     inventory: Optional[Path] = InvOpt,
 ) -> None:
     """Undo the latest deploy (or back to --to DEPLOY_ID) byte-exactly from the host's backups, verified.
 
     Every backup and every current file is checked before the first write: a broken backup (exit 9) or
     a file edited on the host since the deploy (exit 6, unless --force) refuses with the host untouched.
+    Restoring files does not restart a running server: it keeps the patched code it loaded. --restart
+    runs the host's restart_command and waits for its health_url (exit 12 if it does not get healthy).
     """
     env = env_of(ctx)
     from ddtree_deploy.remote.push import rollback_pipeline
 
-    hs = _hosts(inventory, hosts, all_)
+    hs = _hosts(inventory, hosts, all_, "rollback", in_place=True)
     if to == "pristine" and len(hs) > 1 and not dry_run and not yes:
         _confirm_pristine(env, [h.name for h in hs])
     results = fleet_ui.run(
         env,
         hs,
-        rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force),
+        rollback_pipeline(to, accept_new_host_key, why, dry_run=dry_run, force=force, restart=restart),
         title="dry run: rollback" if dry_run else "rollback",
-        quiet=quiet,
     )
-    _exit(fleet_ui.finish(env, results, json_mode=json_, quiet=quiet, extra={"dry_run": dry_run}))
+    _exit(fleet_ui.finish(env, results, json_mode=json_, extra={"dry_run": dry_run, "restart": restart}))
 
 
 def _confirm_pristine(env: Environment, names: List[str]) -> None:
@@ -231,9 +247,9 @@ def status(
     env = env_of(ctx)
     from ddtree_deploy.errors import AttentionError
     from ddtree_deploy.remote.hostops import load_build
-    from ddtree_deploy.remote.push import status_pipeline
+    from ddtree_deploy.remote.push import record_phrase, status_pipeline
 
-    hs = _hosts(inventory, hosts, all_)
+    hs = _hosts(inventory, hosts, all_, "status")
     bs = load_build(build_dir) if build_dir else None
     results = fleet_ui.run(env, hs, status_pipeline(bs, accept_new_host_key), title="status", quiet=True)
     if not json_:
@@ -243,11 +259,13 @@ def status(
             st = r.data
             t = Table(title=f"{r.host}: sglang {st.get('package_version')} in {st.get('site_packages')}")
             for c in ("file", "state", "series", "sha256"):
-                t.add_column(c, overflow="fold")
+                t.add_column(c, no_wrap=True)
             for f in st["files"]:
                 color = {"pristine": "cyan", "patched": "green", "ours": "green"}.get(f["state"], "red")
                 t.add_row(f["path"], f"[{color}]{f['state']}[/]", f["series"] or "", (f["sha256"] or "(absent)")[:16])
-            env.err.print(t)
+            if st["files"]:
+                env.err.print(t)
+            env.err.print(record_phrase(st["record"]), markup=False, highlight=False)
             lk = st.get("lock")
             env.err.print(f"lock: {'held by ' + str(lk.get('who')) + ' (' + str(lk.get('deploy_id')) + ')' if lk else 'free'}")
             ld = st.get("last_deploy")
@@ -284,7 +302,7 @@ def history(
     env = env_of(ctx)
     from ddtree_deploy.remote.push import history_pipeline
 
-    hs = _hosts(inventory, [host], False)
+    hs = _hosts(inventory, [host], False, "history")
     results = fleet_ui.run(env, hs, history_pipeline(limit, accept_new_host_key), title="history", quiet=True)
     r = results.results[0]
     if r.ok and not json_:
@@ -319,7 +337,7 @@ def lock_status(
     env = env_of(ctx)
     from ddtree_deploy.remote.push import lock_pipeline
 
-    results = fleet_ui.run(env, _hosts(inventory, hosts, all_), lock_pipeline("status"), title="lock", quiet=True)
+    results = fleet_ui.run(env, _hosts(inventory, hosts, all_, "lock status"), lock_pipeline("status"), title="lock", quiet=True)
     if not json_:
         for r in results:
             if r.ok:
@@ -340,7 +358,11 @@ def lock_release(
     from ddtree_deploy.remote.push import lock_pipeline
 
     results = fleet_ui.run(
-        env, _hosts(inventory, hosts, False), lock_pipeline("release", dry_run=dry_run), title="lock release", quiet=True
+        env,
+        _hosts(inventory, hosts, False, "lock release"),
+        lock_pipeline("release", dry_run=dry_run),
+        title="lock release",
+        quiet=True,
     )
     if not json_:
         for r in results:
@@ -353,19 +375,50 @@ def demo(
     ctx: typer.Context,
     keep: bool = typer.Option(False, "--keep", help="Keep the demo's temp directory (and print where)."),
     build_dir: Optional[Path] = typer.Option(
-        None, "--build", "-b", metavar="DIR", help="Push this build (default: build the series)."
+        None, "--build", "-b", metavar="DIR", help="Use this build (made with build --wheel; default: build the series)."
     ),
     full_smoke: bool = typer.Option(
         True,
         "--full-smoke/--light-smoke",
-        help="Smoke-import the patched modules under SGLang's real deps (slower), or only compile.",
+        help="Smoke-import the patched modules under SGLang's real deps (slower; only when they are installed), or only compile.",
     ),
+    json_: bool = JsonOpt,
 ) -> None:
-    """Start a throwaway loopback sshd host with the pinned SGLang, then push -> status -> smoke -> rollback."""
-    env = env_of(ctx)
-    from ddtree_deploy.cli.demo import run_demo
+    """A throwaway loopback host with the pinned SGLang: the side-by-side rollout, then push -> status -> smoke -> rollback.
 
-    _exit(run_demo(lambda argv: _run_cli(argv, env), env, keep=keep, build_dir=build_dir, full_smoke=full_smoke))
+    Everything it makes lives in a temp directory that it removes (unless --keep); it writes nothing else.
+    """
+    env = env_of(ctx)
+    from ddtree_deploy.cli.console import Environment
+    from ddtree_deploy.cli.demo import run_demo
+    from ddtree_deploy.remote.protocol import ErrorKind
+
+    if build_dir is not None and not (Path(build_dir) / "manifest.json").is_file():
+        raise UsageError(
+            f"--build {build_dir} is not a build directory (no manifest.json)",
+            hint="ddtree-deploy build --wheel --out DIR, then ddtree-deploy demo --build DIR (or leave --build out)",
+        )
+    # with --json the steps' own output goes to stderr, so stdout holds one document
+    inner = Environment(
+        stdin=env.stdin,
+        stdout=env.stderr if json_ else env.stdout,
+        stderr=env.stderr,
+        stdin_isatty=env.stdin_isatty,
+        stdout_isatty=env.stderr_isatty if json_ else env.stdout_isatty,
+        stderr_isatty=env.stderr_isatty,
+        colors=env.colors,
+        verbosity=env.verbosity,
+    )
+    code, steps = run_demo(lambda argv: _run_cli(argv, inner), env, keep=keep, build_dir=build_dir, full_smoke=full_smoke)
+    if json_:
+        env.out_result(
+            {"steps": steps},
+            exit_code=code,
+            error=None if code == 0 else ErrorKind.DEMO_STEP,
+            message="demo ok" if code == 0 else "a demo step did not end as expected (see steps)",
+            hint=None if code == 0 else "ddtree-deploy demo --keep -v",
+        )
+    _exit(code)
 
 
 # The CLI entry point, handed in by ``cli/__init__`` at registration: the demo drives the real CLI

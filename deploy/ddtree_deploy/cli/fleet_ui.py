@@ -10,9 +10,10 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 from rich.table import Table
 
 from ddtree_deploy.cli.console import Environment
-from ddtree_deploy.errors import ExitCode, fleet_exit_code
+from ddtree_deploy.errors import AttentionError, ExitCode, PartialFailureError, fleet_exit_code
 from ddtree_deploy.remote.fleet import NOTE, FleetEvent, FleetInterrupted, FleetResult, HostResult, Pipeline, run_fleet
 from ddtree_deploy.remote.inventory import HostConfig
+from ddtree_deploy.remote.protocol import ErrorKind
 
 # A failed host drawn yellow (it was refused, or restored, or is only unreachable: nothing is half done)
 # rather than red.
@@ -68,8 +69,9 @@ class FleetUI:
 
 
 def run(env: Environment, hosts: list[HostConfig], pipeline: Pipeline, *, title: str, quiet: bool = False) -> FleetResult:
-    """``run_fleet`` with the progress drawn; on Ctrl-C the table of the hosts that ended, then re-raise."""
-    with FleetUI(env, [h.name for h in hosts], quiet=quiet) as ui:
+    """``run_fleet`` with the progress drawn (none with ``quiet`` or ``-q``); on Ctrl-C the table of
+    the hosts that ended, then re-raise."""
+    with FleetUI(env, [h.name for h in hosts], quiet=quiet or env.quiet) as ui:
         try:
             return run_fleet(hosts, pipeline, on_event=ui, title=title)
         except FleetInterrupted as exc:
@@ -77,21 +79,26 @@ def run(env: Environment, hosts: list[HostConfig], pipeline: Pipeline, *, title:
             raise
 
 
+# The table holds ids only (host names, statuses, numbers, deploy ids), never folded, so a log line
+# or a terminal row always has the whole id (off a terminal nothing wraps at all: console.LOG_WIDTH);
+# each host's message follows the table on its own line ("host: message"; a failure's as error:/fix:).
+_ID_COLUMNS = ("host", "result", "files", "bytes", "time", "deploy id")
+
+
 def print_table(env: Environment, title: str, results: list[HostResult], quiet: bool = False) -> None:
-    if quiet or not results:
+    if quiet or env.quiet or not results:
         return
     t = Table(title=title, show_lines=False)
-    for col in ("host", "result", "files", "bytes", "time", "deploy id", "message"):
-        t.add_column(col, overflow="fold")
+    for col in _ID_COLUMNS:
+        t.add_column(col, no_wrap=True)
     for r in results:
         style = "green" if r.ok else ("yellow" if r.exit_code in _YELLOW else "red")
-        msg = r.message.split("\n")[0]
-        if r.message.startswith(r.host + ": "):
-            msg = msg[len(r.host) + 2 :]
-        t.add_row(
-            r.host, f"[{style}]{r.status}[/]", str(r.files_sent), str(r.bytes_sent), f"{r.seconds:.2f}s", r.deploy_id or "", msg
-        )
+        t.add_row(r.host, f"[{style}]{r.status}[/]", str(r.files_sent), str(r.bytes_sent), f"{r.seconds:.2f}s", r.deploy_id or "")
     env.err.print(t)
+    for r in results:
+        if r.ok:
+            msg = r.message if r.message.startswith(r.host + ": ") else f"{r.host}: {r.message}"
+            env.err.print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
 def finish(
@@ -114,8 +121,27 @@ def finish(
     if len(results) > 1 and failed:
         env.err.print(f"{len(failed)} of {len(results)} hosts failed")
     if json_mode:
-        doc = {"ok": not failed and not code, "exit_code": int(code), "hosts": [r.to_json() for r in results]}
-        if extra:
-            doc.update(extra)
-        env.out_json(doc)
+        error, message, hint = outcome(fleet, code)
+        env.out_result(
+            {"hosts": [r.to_json() for r in results], **(extra or {})}, exit_code=code, error=error, message=message, hint=hint
+        )
     return int(code)
+
+
+def outcome(fleet: FleetResult, code: int) -> tuple[str | None, str, str | None]:
+    """The envelope's ``error`` id, ``message`` and ``hint`` for a run over hosts."""
+    results, failed = fleet.results, list(fleet.failed.values())
+    if code == ExitCode.INTERRUPTED:
+        return ErrorKind.INTERRUPTED, "interrupted", None
+    if not failed:
+        if code == AttentionError.exit_code:
+            names = [r.host for r in results if r.status == "attention"]
+            return AttentionError.kind, f"{len(names)} host(s) need attention: {', '.join(names)}", "ddtree-deploy status HOST"
+        if len(results) == 1:
+            return None, results[0].message, None
+        return None, "; ".join(f"{r.host}: {r.status}" for r in results), None
+    if len(results) == 1:
+        r = failed[0]
+        return r.error or ErrorKind.UNEXPECTED, r.message, r.hint
+    names = ", ".join(f"{r.host} ({r.status})" for r in failed)
+    return PartialFailureError.kind, f"{len(failed)} of {len(results)} hosts failed: {names}", "see each host in `hosts`"

@@ -93,17 +93,31 @@ def snapshot_fetch(
         None, "--python-version", metavar="X.Y", help="Fetch the wheel for another Python (e.g. 3.12), as a host would use."
     ),
     pin: Optional[Path] = PinOpt,
+    dry_run: bool = typer.Option(
+        False, "--dry-run", "-n", help="Say whether the wheel is cached or would be downloaded, and where; write nothing."
+    ),
     json_: bool = JsonOpt,
 ) -> None:
     """Download the pinned wheel (pip, no deps), check its sha256, unpack sglang/ into the cache."""
     env = env_of(ctx)
     p = _pin(pin)
-    env.err.print(f"fetching {p.requirement} into {cache_dir()} ...")
+    _existing_file(wheel, "--wheel")
+    if dry_run:
+        plan = snap.fetch_plan(p, wheel=wheel, python_version=python_version)
+        message = f"dry run: {plan['action']} {plan['wheel']} into {plan['cache']}; wrote nothing"
+        env.err.print(message, markup=False, highlight=False)
+        if json_:
+            env.out_result({**plan, "dry_run": True}, message=message)
+        return
+    env.err.print(f"fetching {p.requirement} into {cache_dir()} ...", markup=False)
     s = snap.fetch(p, wheel=wheel, python_version=python_version)
     verified = snap.verify_tree(p, s.root)
-    env.err.print(f"[green]ok[/] {s.wheel.filename} sha256 verified; {len(verified)} pinned file(s) verified")
+    message = f"{s.wheel.filename} sha256 verified; {len(verified)} pinned file(s) verified"
+    env.err.print(f"[green]ok[/] {message}")
     if json_:
-        env.out_json({"ok": True, "wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root), "verified": verified})
+        env.out_result(
+            {"wheel": s.wheel.filename, "sha256": s.wheel.sha256, "root": str(s.root), "verified": verified}, message=message
+        )
     else:
         env.out_line(str(s.root))
 
@@ -115,16 +129,21 @@ def snapshot_verify(ctx: typer.Context, pin: Optional[Path] = PinOpt, json_: boo
     p = _pin(pin)
     s = snap.find_snapshot(p)
     verified = snap.verify_tree(p, s.root)
-    env.err.print(f"[green]ok[/] {len(verified)} pinned file(s) match {p.path}")
+    message = f"{len(verified)} pinned file(s) match {p.path}"
+    env.err.print(f"[green]ok[/] {message}")
     if json_:
-        env.out_json({"ok": True, "root": str(s.root), "verified": verified})
+        env.out_result({"root": str(s.root), "verified": verified}, message=message)
 
 
 @snapshot_app.command("path", cls=Command, epilog='Example: ls "$(ddtree-deploy snapshot path)/sglang"')
-def snapshot_path(ctx: typer.Context, pin: Optional[Path] = PinOpt) -> None:
+def snapshot_path(ctx: typer.Context, pin: Optional[Path] = PinOpt, json_: bool = JsonOpt) -> None:
     """Print the cached snapshot's directory (the one that contains sglang/)."""
     env = env_of(ctx)
-    env.out_line(str(snap.find_snapshot(_pin(pin)).root))
+    root = str(snap.find_snapshot(_pin(pin)).root)
+    if json_:
+        env.out_result({"root": root}, message=root)
+    else:
+        env.out_line(root)
 
 
 @snapshot_app.command("pin", cls=Command, epilog="Example: ddtree-deploy snapshot pin --dry-run")
@@ -132,7 +151,8 @@ def snapshot_pin(
     ctx: typer.Context,
     series: Optional[Path] = SeriesOpt,
     pin: Optional[Path] = PinOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Show the new [files] table, write nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Show the new [files] table, write nothing."),
+    json_: bool = JsonOpt,
 ) -> None:
     """Record in the pin the pristine sha256 of every file the series touches (from the verified snapshot)."""
     env = env_of(ctx)
@@ -146,12 +166,19 @@ def snapshot_pin(
         env.err.print(f"  + {rel} = {files[rel]}")
     for rel in dropped:
         env.err.print(f"  - {rel}")
+    data = {"pin": str(p.path), "files": len(files), "added": added, "dropped": dropped, "dry_run": dry_run}
     if dry_run:
         env.err.print("dry run: pin not written")
+        if json_:
+            env.out_result(data, message=f"dry run: {len(added)} added, {len(dropped)} dropped; pin not written")
         return
     p.files = files
     p.save()
-    env.err.print(f"[green]ok[/] {p.path}: {len(files)} file(s) pinned ({len(added)} added, {len(dropped)} dropped)")
+    message = f"{p.path}: {len(files)} file(s) pinned ({len(added)} added, {len(dropped)} dropped)"
+    env.err.print("[green]ok[/]", end=" ")
+    env.err.print(message, markup=False)
+    if json_:
+        env.out_result(data, message=message)
 
 
 def check_cmd(
@@ -175,7 +202,15 @@ def check_cmd(
     inputs = resolve_inputs(_series_dir(series), _existing_dir(against, "--against"), _pin_arg(pin))
     rep = check_series(inputs)
     if json_:
-        env.out_json(rep.to_json())
+        e = rep.error or {}
+        data = {k: v for k, v in rep.to_json().items() if k not in ("ok", "exit_code", "error")}
+        data.update({k: v for k, v in e.items() if k not in ("error", "message", "hint")})
+        message = (
+            f"{rep.series_id}: {len(rep.patches)} patch(es) apply exactly; {len(rep.compiled)} .py file(s) compile"
+            if rep.ok
+            else e.get("message", "check failed")
+        )
+        env.out_result(data, exit_code=rep.exit_code, error=e.get("error"), message=message, hint=e.get("hint"))
     for pr in rep.patches:
         colour = {"applied": "green", "failed": "red", "compile-error": "red"}.get(pr.status, "yellow")
         env.err.print(f"  [{colour}]{pr.status:<13}[/] {pr.name}")
@@ -193,22 +228,75 @@ def check_cmd(
 
 def build_cmd(
     ctx: typer.Context,
-    out: Path = typer.Option(Path("build/sglang-0.5.23"), "--out", metavar="DIR", help="Output directory (replaced whole)."),
+    out: Path = typer.Option(
+        Path("build/sglang-0.5.23"),
+        "--out",
+        metavar="DIR",
+        help="Output directory: new, empty, or a previous build (replaced whole); anything else is refused without --force.",
+    ),
     series: Optional[Path] = SeriesOpt,
     against: Optional[Path] = typer.Option(
         None, "--against", metavar="DIR", help="Build on this pristine tree instead of the snapshot."
     ),
     pin: Optional[Path] = PinOpt,
+    wheel: bool = typer.Option(
+        False,
+        "--wheel",
+        help="Also write sglang-<version>+ddtree.<series hash>-*.whl (the pinned wheel with the patched files and "
+        "a correct RECORD) and a hash-pinned requirements.txt into DIR, for a side-by-side venv (rollout).",
+    ),
+    python_version: Optional[str] = typer.Option(
+        None, "--python-version", metavar="X.Y", help="With --wheel: the pinned wheel for this Python (default: this one's)."
+    ),
+    force: bool = typer.Option(
+        False, "--force", help="Replace --out even if it is not a previous build (its contents are lost)."
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", "-n", help="Apply and compile in memory, say what would be written where; write nothing."
+    ),
     json_: bool = JsonOpt,
 ) -> None:
     """Write the patched files (package-relative) and manifest.json, after py_compile of every .py."""
     env = env_of(ctx)
-    m = build_tree(out, series_dir=_series_dir(series), base_dir=_existing_dir(against, "--against"), pin=_pin_arg(pin))
-    if json_:
-        env.out_json(m.to_json())
+    from ddtree_deploy.build.build import out_dir_action
+
+    if python_version and not wheel:
+        raise UsageError("--python-version only applies together with --wheel", hint="add --wheel, or drop --python-version")
+    action = out_dir_action(out, force=force)
+    pinned = None
+    if wheel and not dry_run:
+        p = _pin(pin)
+        pinned = snap.pinned_wheel_file(p, python_version)
+    m = build_tree(
+        out,
+        series_dir=_series_dir(series),
+        base_dir=_existing_dir(against, "--against"),
+        pin=_pin_arg(pin),
+        force=force,
+        dry_run=dry_run,
+        wheel=pinned,
+    )
+    out_abs = Path(out).absolute()
+    data: dict = {"out": str(out_abs), "out_action": action, "dry_run": dry_run, **m.to_json()}
+    what = {"new": "a new directory", "empty": "an empty directory", "previous-build": "replacing a previous build"}
+    where = f"{out} ({what.get(action, 'REPLACING it (--force)')})"
+    if dry_run:
+        message = f"dry run: {m.series_id}: {len(m.files)} file(s) + manifest.json would be written to {where}; wrote nothing"
     else:
-        env.out_line(str(Path(out).resolve()))
-    env.err.print(f"[green]ok[/] {m.series_id}: {len(m.files)} file(s) written to {out} (+ manifest.json)")
+        message = f"{m.series_id}: {len(m.files)} file(s) written to {where} (+ manifest.json)"
+    if wheel and not dry_run:
+        from ddtree_deploy.build.wheel import read_wheel_info
+
+        wi = read_wheel_info(out_abs)
+        data["wheel"] = wi.to_json()
+        message += f"; wheel {wi.filename} (sha256 {wi.sha256})"
+    if json_:
+        env.out_result(data, message=message)
+    else:
+        env.out_line(str(out_abs))
+    if not dry_run:
+        env.err.print("[green]ok[/]", end=" ")
+    env.err.print(message, markup=False, highlight=False, soft_wrap=True)
 
 
 @patches_app.command("edit", cls=Command, epilog="Example: ddtree-deploy patches edit --work .work/series")
@@ -217,15 +305,39 @@ def patches_edit(
     work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree to create (default: .work/sglang in the repo)."),
     series: Optional[Path] = SeriesOpt,
     force: bool = typer.Option(False, "--force", help="Replace an existing work tree (its edits are lost)."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Say which work tree would be made; write nothing."),
+    json_: bool = JsonOpt,
 ) -> None:
     """Make a git work tree: the pristine package, then one commit per patch (subject = file name)."""
     env = env_of(ctx)
     inputs = resolve_inputs(_series_dir(series), None, True)
-    base = inputs.base_dir or snap.ensure_snapshot(inputs.pin)
     work = work or authoring.default_work_dir()
+    if dry_run:
+        exists = Path(work).exists()
+        if exists and not force:
+            authoring.refuse_existing_work(Path(work))
+        message = (
+            f"dry run: would {'REPLACE' if exists else 'make'} {work}: a pristine commit + "
+            f"{len(inputs.series.patches)} patch commit(s); wrote nothing"
+        )
+        env.err.print(message, markup=False)
+        if json_:
+            env.out_result(
+                {"work_dir": str(work), "patches": [p.name for p in inputs.series.patches], "dry_run": True}, message=message
+            )
+        return
+    base = inputs.base_dir or snap.ensure_snapshot(inputs.pin)
     res = authoring.edit(work, inputs.series, base, f"{inputs.pin.name} {inputs.pin.version}", force=force)
-    env.out_line(str(res.work_dir))
-    env.err.print(f"[green]ok[/] {res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)")
+    message = f"{res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)"
+    if json_:
+        env.out_result(
+            {"work_dir": str(res.work_dir), "base_commit": res.base_commit, "patches": list(res.patches), "dry_run": False},
+            message=message,
+        )
+    else:
+        env.out_line(str(res.work_dir))
+    env.err.print("[green]ok[/]", end=" ")
+    env.err.print(message, markup=False)
     env.err.print(
         "edit with git (one commit per patch; the subject is the patch file name), then `ddtree-deploy patches refresh`"
     )
@@ -236,7 +348,7 @@ def patches_refresh(
     ctx: typer.Context,
     work: Path = typer.Option(None, "--work", metavar="DIR", help="Work tree made by `patches edit` (default: .work/sglang)."),
     series: Optional[Path] = SeriesOpt,
-    dry_run: bool = typer.Option(False, "--dry-run", help="Say what would change; write nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", "-n", help="Say what would change; write nothing."),
     json_: bool = JsonOpt,
 ) -> None:
     """Write the work tree's commits back as patches + series, update the pin, then re-check."""
@@ -265,14 +377,16 @@ def patches_refresh(
         apply_checked(resolve_inputs(ser.directory, None, p if repo_series else False))
         env.err.print("[green]ok[/] the refreshed series applies and compiles")
     if json_:
-        env.out_json(
+        env.out_result(
             {
                 "written": res.written,
                 "unchanged": res.unchanged,
                 "removed": res.removed,
                 "series_rewritten": res.series_rewritten,
                 "dry_run": dry_run,
-            }
+            },
+            message=f"{'dry run: ' if dry_run else ''}{len(res.written)} written, {len(res.unchanged)} unchanged, "
+            f"{len(res.removed)} removed",
         )
 
 
@@ -282,7 +396,7 @@ def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: 
     env = env_of(ctx)
     ser = load_series(_series_dir(series) or default_series_dir())
     if json_:
-        env.out_json(
+        env.out_result(
             {
                 "series": ser.name,
                 "series_id": ser.series_id,
@@ -290,7 +404,8 @@ def patches_list(ctx: typer.Context, series: Optional[Path] = SeriesOpt, json_: 
                     {"name": p.name, "sha256": p.sha256, "files": [{"path": f.path, "action": f.action} for f in p.files]}
                     for p in ser.patches
                 ],
-            }
+            },
+            message=f"{ser.series_id}: {len(ser.patches)} patch(es)",
         )
         return
     env.err.print(f"{ser.series_id}: {len(ser.patches)} patch(es); one line per patch and file: PATCH ACTION PATH")

@@ -28,19 +28,21 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import re
 import signal
 import subprocess
+import sys
+import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
-from ddtree_deploy.errors import RemoteError, UsageError
+from ddtree_deploy.errors import HostRefusedError, RemoteError, UsageError
 from ddtree_deploy.measure.datasets import ChatRenderer, Instance, load_prompts
 from ddtree_deploy.measure.records import (
     METHOD_BASELINE,
@@ -55,7 +57,9 @@ if TYPE_CHECKING:
 
 KINDS = ("baseline", "dflash", "ddtree")
 ALGORITHM = {"baseline": "", "dflash": "DFLASH", "ddtree": "DDTREE"}
-DEFAULT_PORT = 30000
+# No default port: SGLang's own default (30000) is usually the production server's. A server command's
+# {port} comes from the run's URL, which must name one.
+EXAMPLE_PORT = 30100
 
 
 class BenchServerError(RemoteError):
@@ -102,6 +106,7 @@ class BenchConfig:
     health_timeout_s: float = 900.0
     request_timeout_s: float = 600.0
     stop_timeout_s: float = 30.0
+    use_running_server: bool = False  # measure servers bench did not start (never by default)
 
 
 # --- inventory --------------------------------------------------------------------------------
@@ -132,14 +137,11 @@ def resolve_target(host: str, inventory: str | None = None) -> BenchTarget:
             t.commands[kind] = str(bench[f"server_command_{kind}"])
     for k, v in (bench.get("urls") or {}).items():
         t.urls[str(k)] = str(v)
-    if not t.base_url and not t.urls:
-        health = (hosts[host] or {}).get("health_url")
-        if health:
-            t.base_url = re.sub(r"/health(_generate)?$", "", str(health))
-    if not t.base_url and not t.urls:
+    if not t.base_url and not t.urls:  # never the host's health_url: that is its (production) service
         raise UsageError(
             f"host {host!r} has no [hosts.{host}.bench] base_url",
-            hint=f'add base_url = "http://127.0.0.1:30000" under [hosts.{host}.bench], or pass --base-url',
+            hint=f'add base_url = "http://127.0.0.1:{EXAMPLE_PORT}" (a port no other server uses) under '
+            f"[hosts.{host}.bench], or pass --base-url",
         )
     return t
 
@@ -185,8 +187,40 @@ def run_command(target: BenchTarget, spec: RunSpec, url: str) -> str | None:
                 hint=f"add server_command_{spec.kind} (inventory) / --server-command-{spec.kind}, "
                 "or drop it from --reference-runs",
             )
-    port = urllib.parse.urlparse(url).port or DEFAULT_PORT
+    port = urllib.parse.urlparse(url).port
+    if port is None and "{port}" in tpl:
+        raise UsageError(
+            f"the run URL {url} names no port for the server command's {{port}} (there is no default: "
+            "SGLang's own, 30000, is usually the production server's)",
+            hint=f"give base_url / --base-url an explicit free port, e.g. http://127.0.0.1:{EXAMPLE_PORT}",
+        )
     return _fill(tpl, spec, port=port)
+
+
+def port_answers(url: str, timeout: float = 1.0) -> bool:
+    """Whether something already accepts connections on the URL's host and port."""
+    import socket
+
+    u = urllib.parse.urlparse(url)
+    port = u.port or (443 if u.scheme == "https" else 80)
+    try:
+        with socket.create_connection((u.hostname or "127.0.0.1", port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def refuse_if_port_answers(url: str, what: str) -> None:
+    """Before starting a server: nothing may answer on its port yet (it could be production, and the
+    bench would measure it, or restart it)."""
+    if port_answers(url):
+        raise HostRefusedError(
+            f"refusing to start the {what} server: {url} already answers (a server bench did not start; "
+            "production, or one left running); nothing was started or measured",
+            hint=f"stop that server, or use a free port in base_url / --base-url (e.g. http://127.0.0.1:{EXAMPLE_PORT}); "
+            "to measure a running server as it is, pass --use-running-server without a server command",
+            details={"url": url},
+        )
 
 
 # --- servers ----------------------------------------------------------------------------------
@@ -253,15 +287,26 @@ def _log_tail(path: Path | None, n: int = 15) -> str:
 
 
 class ManagedServer:
-    """A server brought up by a shell command; stopped (whole process group) on exit."""
+    """A server brought up by a shell command; stopped (whole process group) on exit. Refuses to start
+    when its port already answers (:func:`refuse_if_port_answers`)."""
 
-    def __init__(self, command: str, url: str, log_path: Path, health_timeout_s: float, stop_timeout_s: float = 30.0):
+    def __init__(
+        self,
+        command: str,
+        url: str,
+        log_path: Path,
+        health_timeout_s: float,
+        stop_timeout_s: float = 30.0,
+        what: str = "benchmark",
+    ):
         self.command, self.url, self.log_path = command, url, log_path
         self.health_timeout_s, self.stop_timeout_s = health_timeout_s, stop_timeout_s
+        self.what = what
         self.proc: subprocess.Popen[bytes] | None = None
         self.health_wait_s: float | None = None
 
     def __enter__(self) -> "ManagedServer":
+        refuse_if_port_answers(self.url, self.what)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "wb")
         try:
@@ -272,28 +317,42 @@ class ManagedServer:
             log.close()
         try:
             self.health_wait_s = wait_healthy(self.url, self.health_timeout_s, self.proc, self.log_path)
-        except BaseException:
-            self.stop()
+        except BaseException as exc:
+            self.stop(grace=INTERRUPT_STOP_S if isinstance(exc, KeyboardInterrupt) else None)
             raise
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        self.stop(grace=INTERRUPT_STOP_S if exc and exc[0] is not None and issubclass(exc[0], KeyboardInterrupt) else None)
 
-    def stop(self) -> None:
+    def stop(self, grace: float | None = None) -> None:
+        """SIGTERM to the server's process group, then SIGKILL after ``grace`` (default: ``stop_timeout_s``;
+        after Ctrl-C a short one, so the bench exits within a second)."""
         p = self.proc
-        if p is None or p.poll() is not None:
+        if p is None:
             return
-        for sig, wait in ((signal.SIGTERM, self.stop_timeout_s), (signal.SIGKILL, 10.0)):
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                p.wait(timeout=wait)
-                return
-            except subprocess.TimeoutExpired:
-                continue
+        if p.poll() is None:
+            for sig, wait in ((signal.SIGTERM, self.stop_timeout_s if grace is None else grace), (signal.SIGKILL, 10.0)):
+                try:
+                    os.killpg(p.pid, sig)
+                except ProcessLookupError:
+                    break
+                try:
+                    p.wait(timeout=wait)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+        try:  # what is left of its process group (the leader is gone; a child may still hold the port)
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if grace is None:  # the next run starts its server on this port: wait (bounded) until it is free
+            deadline = time.monotonic() + 10.0
+            while time.monotonic() < deadline and port_answers(self.url, timeout=0.2):
+                time.sleep(0.05)
+
+
+INTERRUPT_STOP_S = 0.3  # after Ctrl-C: SIGTERM, this long, then SIGKILL
 
 
 def server_info(url: str) -> dict[str, Any]:
@@ -418,21 +477,47 @@ def run_dataset(
     renderer: ChatRenderer | None,
     on_done: Callable[[], None] | None = None,
 ) -> tuple[list[RunRecord], float]:
-    """All instances of one dataset through one server, ``cfg.concurrency`` at a time."""
+    """All instances of one dataset through one server, ``cfg.concurrency`` at a time.
+
+    The requests run in daemon threads and this thread waits in short steps: Ctrl-C (or a failed
+    request) ends the run at once; requests still in flight are abandoned (they end with the process)."""
     records: list[RunRecord] = []
     t0 = time.perf_counter()
-    pool = ThreadPoolExecutor(max_workers=max(1, cfg.concurrency))
+    todo: queue.Queue[Instance] = queue.Queue()
+    for inst in instances:
+        todo.put(inst)
+    done: queue.Queue[tuple[list[RunRecord] | None, BaseException | None]] = queue.Queue()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                inst = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((run_instance(url, inst, spec, cfg, renderer), None))
+            except BaseException as exc:  # noqa: BLE001 (handed to the waiting thread)
+                done.put((None, exc))
+
+    for _ in range(max(1, min(cfg.concurrency, len(instances)))):
+        threading.Thread(target=worker, daemon=True, name="bench-request").start()
     try:
-        futs = [pool.submit(run_instance, url, inst, spec, cfg, renderer) for inst in instances]
-        for f in as_completed(futs):
-            records.extend(f.result())
+        for _ in range(len(instances)):
+            while True:
+                try:
+                    recs, exc = done.get(timeout=0.1)
+                    break
+                except queue.Empty:
+                    continue
+            if exc is not None:
+                raise exc
+            assert recs is not None
+            records.extend(recs)
             if on_done:
                 on_done()
-    except BaseException:
-        # a failed request or Ctrl-C: drop what has not started; in-flight requests end by their timeout
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown(wait=True)
+    finally:
+        stop.set()
     wall = time.perf_counter() - t0
     records.sort(key=lambda r: r.prompt_index)
     return records, wall
@@ -535,8 +620,31 @@ def plan_runs(cfg: BenchConfig) -> list[RunSpec]:
     return out
 
 
-def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progress: bool = True) -> dict[str, Any]:
-    """Run the sweep; write ``runs.jsonl``, ``summary.json``, ``sweep.png``; return the summary."""
+def require_own_servers(plan: list[tuple[RunSpec, str, str | None]], cfg: BenchConfig, target: BenchTarget) -> None:
+    """The bench measures only servers it starts (a server command per run), unless told to measure
+    running ones (``--use-running-server``, which then takes no server command)."""
+    if cfg.use_running_server:
+        if target.commands:
+            raise UsageError(
+                "--use-running-server measures the servers at the run URLs as they are: it takes no server command",
+                hint="drop --server-command (and the inventory's server_command*) or --use-running-server",
+            )
+        return
+    bare = [s.method for s, _, cmd in plan if cmd is None]
+    if bare:
+        raise UsageError(
+            f"no server command for {', '.join(bare)}: bench measures only servers it starts (so it can never measure, "
+            "or restart, a production server by accident)",
+            hint="give --server-command TEMPLATE (or server_command in [hosts.HOST.bench]); to measure a server that is "
+            "already running, pass --use-running-server",
+        )
+
+
+def run_bench(
+    target: BenchTarget, cfg: BenchConfig, console: Console, *, progress: bool = True, dry_run: bool = False
+) -> dict[str, Any]:
+    """Run the sweep; write ``runs.jsonl``, ``summary.json``, ``sweep.png``; return the summary.
+    ``dry_run``: check the inputs and return the plan (runs, URLs, commands); start and write nothing."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from ddtree_deploy.measure.plotting import plot_sweep
@@ -568,22 +676,35 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
     for s in runs:
         u = run_url(target, s)
         try:
-            plan.append((s, u, run_command(target, s, u)))
+            plan.append((s, u, None if cfg.use_running_server else run_command(target, s, u)))
         except UsageError as exc:
             if s.kind == "ddtree":
                 raise
             console.print(f"[yellow]warning:[/] skipping the {s.method} reference run: {exc.message} ({exc.hint})", markup=True)
+    require_own_servers(plan, cfg, target)
     if not any(c for _, _, c in plan) and len({u for _, u, _ in plan}) == 1 and len(runs) > 1:
         console.print(
             "[yellow]warning:[/] every run goes to the same server and no server command is set: the budget is whatever that "
             "server was launched with (use --server-command or one --base-url METHOD=URL per run)"
         )
+    if not plan:
+        raise UsageError("nothing to run")
+    if dry_run:
+        return {
+            "host": target.name,
+            "out_dir": str(cfg.out_dir),
+            "datasets": {name: len(insts) for name, insts in prompts.items()},
+            "runs": [
+                {"method": sp.method, "url": u, "command": c, "port_in_use": port_answers(u) if c else None} for sp, u, c in plan
+            ],
+        }
+    for sp, u, c in plan:  # before anything is started or written (each server checks again when it starts)
+        if c:
+            refuse_if_port_answers(u, sp.method)
     cfg.out_dir.mkdir(parents=True, exist_ok=True)
     all_records: list[RunRecord] = []
     walls: dict[tuple[str, str], float] = {}
     servers: dict[str, Any] = {}
-    if not plan:
-        raise UsageError("nothing to run")
     total = sum(len(v) for v in prompts.values()) * len(plan)
     started = time.time()
     with Progress(
@@ -598,7 +719,7 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
         overall = prog.add_task("sweep", total=total)
         for spec, url, cmd in plan:
             log_path = cfg.out_dir / f"server-{spec.method}.log"
-            ctx = ManagedServer(cmd, url, log_path, cfg.health_timeout_s, cfg.stop_timeout_s) if cmd else None
+            ctx = ManagedServer(cmd, url, log_path, cfg.health_timeout_s, cfg.stop_timeout_s, what=spec.method) if cmd else None
             task = prog.add_task(f"{spec.method}: starting" if cmd else spec.method, total=None)
             if ctx is not None:
                 ctx.__enter__()
@@ -638,7 +759,7 @@ def run_bench(target: BenchTarget, cfg: BenchConfig, console: Console, *, progre
                     walls[(ds, spec.method)] = wall
             finally:
                 if ctx is not None:
-                    ctx.__exit__(None, None, None)
+                    ctx.__exit__(*sys.exc_info())
                 prog.remove_task(task)
     runs_path = cfg.out_dir / "runs.jsonl"
     write_jsonl(runs_path, all_records)

@@ -95,16 +95,32 @@ class EditResult:
     patches: list[str]
 
 
+def refuse_existing_work(work_dir: Path) -> None:
+    """A work tree is made only where nothing is (or an empty directory): edits are never overwritten."""
+    work_dir = Path(work_dir).resolve()
+    if work_dir.is_dir() and not any(work_dir.iterdir()):
+        return
+    if work_dir.exists() and not work_dir.is_dir():
+        raise UsageError(
+            f"--work {work_dir} is a file, not a work tree; refusing to replace it",
+            hint="pass --work with a new directory (or add --force to replace that file)",
+        )
+    if work_dir.exists():
+        raise UsageError(
+            f"{work_dir} already exists and is not empty; refusing to overwrite possible edits",
+            hint=f"ddtree-deploy patches refresh --work {work_dir}   # to keep them; or pass --force",
+        )
+
+
 def edit(work_dir: Path, series: Series, base_dir: Path, version_label: str, *, force: bool = False) -> EditResult:
     """Create the git work tree for ``series`` on the pristine package in ``base_dir``."""
     work_dir = Path(work_dir).resolve()
-    if work_dir.exists() and any(work_dir.iterdir()):
-        if not force:
-            raise UsageError(
-                f"{work_dir} already exists and is not empty; refusing to overwrite possible edits",
-                hint=f"ddtree-deploy patches refresh --work {work_dir}   # to keep them; or pass --force",
-            )
+    if not force:
+        refuse_existing_work(work_dir)
+    elif work_dir.is_dir():
         shutil.rmtree(work_dir)
+    elif work_dir.exists():
+        work_dir.unlink()
     work_dir.mkdir(parents=True, exist_ok=True)
     shutil.copytree(Path(base_dir) / "sglang", work_dir / "sglang", ignore=shutil.ignore_patterns("*.so", "__pycache__"))
     _git(work_dir, "init", "-q")

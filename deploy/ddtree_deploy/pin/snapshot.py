@@ -18,9 +18,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import zipfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterator
 
 from ddtree_deploy.errors import FetchError, HashMismatchError, SnapshotMissingError
 from ddtree_deploy.hashing import sha256_file
@@ -50,14 +53,66 @@ def snapshot_root(pin: Pin, wheel: WheelPin) -> Path:
     return cache_dir() / "snapshots" / f"{pin.name}-{pin.version}" / wheel.sha256[:16]
 
 
+@dataclass(frozen=True)
+class DownloadEvent:
+    """A download starting or ending, for whoever observes them (the CLI prints a line)."""
+
+    phase: str  # "start" | "done"
+    what: str
+    detail: str
+
+
+@dataclass
+class _Observer:
+    notify: Callable[[DownloadEvent], None]
+    progress_fd: Callable[[], int | None] | None
+
+
+_observers: list[_Observer] = []
+_observers_lock = threading.Lock()
+
+
+@contextmanager
+def observe_downloads(
+    notify: Callable[[DownloadEvent], None], *, progress_fd: Callable[[], int | None] | None = None
+) -> Iterator[None]:
+    """While inside, every download of the pinned wheel is announced to ``notify`` (start and end);
+    when ``progress_fd()`` gives a descriptor (a terminal's), pip's own progress output goes there.
+    The core prints nothing itself."""
+    obs = _Observer(notify, progress_fd)
+    with _observers_lock:
+        _observers.append(obs)
+    try:
+        yield
+    finally:
+        with _observers_lock:
+            _observers.remove(obs)
+
+
+def _announce(ev: DownloadEvent) -> int | None:
+    with _observers_lock:
+        current = _observers[-1] if _observers else None
+    if current is None:
+        return None
+    current.notify(ev)
+    return current.progress_fd() if current.progress_fd is not None else None
+
+
 def _pip_download(pin: Pin, dest: Path, python_version: str | None) -> Path:
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "-d", str(dest)]
     if python_version:
         cmd += ["--python-version", python_version]
     cmd.append(pin.requirement)
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    tag = f"cp{python_version.replace('.', '')}" if python_version else f"cp{sys.version_info.major}{sys.version_info.minor}"
+    progress_fd = _announce(
+        DownloadEvent("start", f"the pinned {pin.requirement} wheel", f"{tag}, with pip, into {wheels_dir()}")
+    )
+    if progress_fd is not None:  # a terminal: pip draws its progress bar there (stdout stays data only)
+        proc = subprocess.run(cmd + ["--progress-bar", "on"], stdout=progress_fd, stderr=subprocess.PIPE, text=True)
+    else:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-5:]
         raise FetchError(
             f"pip could not download {pin.requirement}: " + " | ".join(tail),
             hint="check the network, or pass a local wheel: ddtree-deploy snapshot fetch --wheel PATH",
@@ -65,6 +120,7 @@ def _pip_download(pin: Pin, dest: Path, python_version: str | None) -> Path:
     found = sorted(dest.glob(f"{pin.name}-{pin.version}-*.whl"))
     if len(found) != 1:
         raise FetchError(f"expected one {pin.name} {pin.version} wheel from pip, found {[p.name for p in found]}")
+    _announce(DownloadEvent("done", found[0].name, f"{found[0].stat().st_size / 1e6:.1f} MB"))
     return found[0]
 
 
@@ -88,11 +144,7 @@ def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: 
     wheels_dir().mkdir(parents=True, exist_ok=True)
     if wheel is None:
         pinned = [wheels_dir() / w.filename for w in pin.wheels]
-        wanted_tag = (
-            f"cp{sys.version_info.major}{sys.version_info.minor}"
-            if python_version is None
-            else ("cp" + python_version.replace(".", ""))
-        )
+        wanted_tag = _wanted_tag(python_version)
         hit = [p for p in pinned if p.is_file() and WheelPin(p.name, "").python_tag == wanted_tag]
         if hit:
             wheel = hit[0]
@@ -127,6 +179,41 @@ def fetch(pin: Pin | None = None, *, wheel: Path | None = None, python_version: 
 
     publish_once(root, MARKER, unpack)
     return Snapshot(root, wp)
+
+
+def _wanted_tag(python_version: str | None) -> str:
+    if python_version is None:
+        return f"cp{sys.version_info.major}{sys.version_info.minor}"
+    return "cp" + "".join(python_version.split(".")[:2])
+
+
+def fetch_plan(pin: Pin, *, wheel: Path | None = None, python_version: str | None = None) -> dict[str, str]:
+    """What :func:`fetch` would do, without doing it (``snapshot fetch --dry-run``)."""
+    tag = _wanted_tag(python_version)
+    if wheel is not None:
+        return {"action": "would verify and unpack the local wheel", "wheel": str(wheel), "cache": str(cache_dir())}
+    hit = [w for w in pin.wheels if w.python_tag == tag and (wheels_dir() / w.filename).is_file()]
+    if hit:
+        return {"action": "would re-verify the cached", "wheel": hit[0].filename, "cache": str(cache_dir())}
+    return {"action": f"would download (pip, {tag}) and verify", "wheel": pin.requirement, "cache": str(cache_dir())}
+
+
+def pinned_wheel_file(pin: Pin, python_version: str | None = None) -> Path:
+    """The verified pinned wheel for ``python_version`` (default: this interpreter's), fetched if needed."""
+    tag = _wanted_tag(python_version)
+    for w in pin.wheels:
+        path = wheels_dir() / w.filename
+        if w.python_tag == tag and path.is_file():
+            verify_wheel(pin, path)
+            return path
+    if not any(w.python_tag == tag for w in pin.wheels):
+        known = ", ".join(w.python_tag for w in pin.wheels)
+        raise FetchError(
+            f"the pin verified no {pin.requirement} wheel for {tag} (pinned: {known})",
+            hint="use a Python the pin covers (--python-version), or verify and pin that wheel first",
+        )
+    s = fetch(pin, python_version=python_version)
+    return wheels_dir() / s.wheel.filename
 
 
 def find_snapshot(pin: Pin | None = None) -> Snapshot:

@@ -55,7 +55,7 @@ def now():
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def sha256_file(path):
+def sha256_digest(path):
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while True:
@@ -63,7 +63,11 @@ def sha256_file(path):
             if not chunk:
                 break
             h.update(chunk)
-    return h.hexdigest()
+    return h.digest()
+
+
+def sha256_file(path):
+    return sha256_digest(path).hex()
 
 
 def file_sha(path):
@@ -447,9 +451,11 @@ for m in sys.argv[1:]:
 """
 
 
-def run_checks(site, paths, modules, timeout, run=()):
+def run_checks(site, paths, modules, timeout, run=(), python=None):
     """py_compile every deployed .py, import the smoke modules in a fresh interpreter, then run
-    each ``run`` module as ``python -m M`` (e.g. the DDTree probe); any non-zero exit fails."""
+    each ``run`` module as ``python -m M`` (e.g. the DDTree probe); any non-zero exit fails.
+    ``python``: the interpreter for the imports and runs (default: the agent's own)."""
+    python = python or sys.executable
     pys = [safe_join(site, p) for p in paths if p.endswith(".py") and os.path.exists(safe_join(site, p))]
     out = {"compiled": len(pys), "modules": list(modules)}
     work = tempfile.mkdtemp(prefix="ddtree-smoke-")
@@ -471,9 +477,9 @@ def run_checks(site, paths, modules, timeout, run=()):
                     return out
             out["compile_seconds"] = round(time.time() - t0, 3)
         if modules:
-            steps.append(("smoke", [sys.executable, "-c", SMOKE_SRC] + list(modules)))
+            steps.append(("smoke", [python, "-c", SMOKE_SRC] + list(modules)))
         for mod in run:
-            steps.append(("run " + mod, [sys.executable, "-m", mod]))
+            steps.append(("run " + mod, [python, "-m", mod]))
         out["run"] = list(run)
         for name, cmd in steps:
             event(name, count=len(cmd) - 3)
@@ -507,13 +513,14 @@ print(json.dumps(locs))
 """
 
 
-def import_check(site, package):
-    """Prove the host interpreter imports ``package`` from ``site`` (and from nowhere else)."""
+def import_check(site, package, python=None):
+    """Prove the host interpreter (or ``python``) imports ``package`` from ``site`` (and from nowhere else)."""
+    python = python or sys.executable
     want = os.path.realpath(os.path.join(site, package))
     work = tempfile.mkdtemp(prefix="ddtree-where-")
     try:
         p = subprocess.run(
-            [sys.executable, "-c", WHERE_SRC, package],
+            [python, "-c", WHERE_SRC, package],
             cwd=work,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -529,7 +536,7 @@ def import_check(site, package):
     finally:
         shutil.rmtree(work, ignore_errors=True)
     found = None if locs is None else [os.path.realpath(x) for x in locs]
-    return {"package": package, "expected": want, "found": found, "python": sys.executable, "ok": found == [want]}
+    return {"package": package, "expected": want, "found": found, "python": python, "ok": found == [want]}
 
 
 def require_import_from_site(site, package):
@@ -1196,6 +1203,21 @@ def op_lock_status(req, stdin):
     return {"lock": lock_info(state_dir(req))}
 
 
+AUDITED_BY_CLIENT = ("restart",)  # steps the client runs itself (restart_command + health check), audited here
+
+
+def op_audit(req, stdin):
+    """One audit line for a step the client ran over SSH: the restart and health check after a push,
+    a rollback or a rollout."""
+    if req.get("entry_op") not in AUDITED_BY_CLIENT:
+        raise Fail(ErrorKind.USAGE, "not an auditable step: %r" % req.get("entry_op"))
+    entry = {"op": req["entry_op"]}
+    for key in ("after", "deploy_id", "who", "why", "result", "health_url"):
+        entry[key] = req.get(key)
+    audit(state_dir(req), entry)
+    return {"audited": True}
+
+
 OPS = {
     "probe": op_probe,
     "apply": op_apply,
@@ -1204,6 +1226,7 @@ OPS = {
     "history": op_history,
     "lock_release": op_lock_release,
     "lock_status": op_lock_status,
+    "audit": op_audit,
 }
 
 
@@ -1253,5 +1276,6 @@ def main():
             return
 
 
-if __name__ in ("__main__", "__ddtree_agent__"):
+# On the host, ``connection.agent_source`` sends agent_venv.py after this file and then calls main().
+if __name__ == "__main__":
     main()

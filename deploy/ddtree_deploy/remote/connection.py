@@ -33,10 +33,10 @@ from ddtree_deploy.errors import (
     ConnectionLostError,
     DDTreeDeployError,
     DriftError,
-    ExitCode,
     HostEditedError,
     HostKeyError,
     HostRefusedError,
+    Interrupted,
     LockHeldError,
     RemoteError,
     RollbackFailedError,
@@ -47,11 +47,15 @@ from ddtree_deploy.errors import (
 from ddtree_deploy.remote import protocol
 from ddtree_deploy.remote.inventory import HostConfig
 
+AGENT_FILES = ("protocol.py", "agent.py", "agent_venv.py")
+
 
 def agent_source() -> bytes:
-    """What the host runs: the protocol module's source, then the agent's (one namespace there)."""
+    """What the host runs: the protocol module's source, the agent's, then its side-by-side half
+    (one namespace there), and the call of the agent's main loop."""
     here = Path(__file__).parent
-    return (here / "protocol.py").read_bytes() + b"\n\n" + (here / "agent.py").read_bytes()
+    parts = [(here / name).read_bytes() for name in AGENT_FILES]
+    return b"\n\n".join(parts) + b"\n\nmain()\n"
 
 
 _AGENT_SRC = agent_source()
@@ -64,12 +68,14 @@ BOOTSTRAP = (
 _known_hosts_lock = threading.Lock()
 
 
-class Interrupted(DDTreeDeployError):
-    """The user pressed Ctrl-C (the CLI maps it to 130)."""
-
-    kind = protocol.ErrorKind.INTERRUPTED
-
-    exit_code = ExitCode.INTERRUPTED
+def _abort_on_cancel(client: paramiko.SSHClient, cancel: threading.Event, opened: threading.Event) -> None:
+    """Close a connection still being made once ``cancel`` is set (paramiko then gives up within 0.1 s)."""
+    while not opened.wait(0.05):
+        if cancel.is_set():
+            t = client.get_transport()
+            if t is not None:
+                t.close()
+            return
 
 
 def fingerprint(key: paramiko.PKey) -> str:
@@ -117,8 +123,16 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 class HostConnection:
     """One host: a Fabric ``Connection`` with strict host keys, plus the agent runner."""
 
-    def __init__(self, host: HostConfig, *, accept_new_host_key: bool = False, connect_timeout: float = 15.0):
+    def __init__(
+        self,
+        host: HostConfig,
+        *,
+        accept_new_host_key: bool = False,
+        connect_timeout: float = 15.0,
+        agent_python: str | None = None,
+    ):
         self.host = host
+        self.agent_python = agent_python or host.python  # a side-by-side rollout runs it under production's
         self.accept_new_host_key = accept_new_host_key
         self.connect_timeout = connect_timeout
         self.conn: Connection | None = None
@@ -129,72 +143,100 @@ class HostConnection:
         self._err = bytearray()
 
     # -- connect -------------------------------------------------------------------------------
-    def open(self) -> "HostConnection":
+    def open(self, cancel: threading.Event | None = None) -> "HostConnection":
+        """Connect (host key checked); ``cancel`` (Ctrl-C) aborts a connection being made within 0.1 s."""
         h = self.host
         connect_kwargs: dict[str, Any] = {"banner_timeout": self.connect_timeout, "auth_timeout": self.connect_timeout}
         if h.identity_path:
             if not h.identity_path.exists():
-                raise UsageError(f"{h.name}: identity_file {h.identity_path} does not exist")
+                raise UsageError(
+                    f"{h.name}: identity_file {h.identity_path} does not exist",
+                    hint=f"fix identity_file in [hosts.{h.name}] of the inventory",
+                )
             connect_kwargs.update(key_filename=[str(h.identity_path)], look_for_keys=False, allow_agent=False)
         try:
             conn = Connection(h.target, config=Config(), connect_timeout=int(self.connect_timeout), connect_kwargs=connect_kwargs)
         except ValueError as exc:
-            raise UsageError(f"{h.name}: bad target {h.target!r}: {exc}") from None
+            raise UsageError(f"{h.name}: bad target {h.target!r}: {exc}", hint=f"fix target in [hosts.{h.name}]") from None
         client = conn.client
         kh = h.known_hosts_path
         if kh.exists():
             try:
                 client.load_system_host_keys(str(kh))  # read-only: paramiko never writes these back
             except (OSError, paramiko.SSHException) as exc:
-                raise HostKeyError(f"{h.name}: cannot read known_hosts {kh}: {exc}") from None
+                raise HostKeyError(
+                    f"{h.name}: cannot read known_hosts {kh}: {exc}", hint="fix known_hosts in the inventory"
+                ) from None
         policy = _HostKeyPolicy(h, self.accept_new_host_key)
         client.set_missing_host_key_policy(policy)
         hid = _host_id(conn.host, conn.port)
+        opened = threading.Event()
+        if cancel is not None:
+            threading.Thread(target=_abort_on_cancel, args=(client, cancel, opened), daemon=True).start()
         try:
             conn.open()
-        except paramiko.BadHostKeyException as exc:
-            raise HostKeyError(
+        except BaseException as exc:
+            if cancel is not None and cancel.is_set():
+                raise Interrupted(f"{h.name}: interrupted while connecting", details={"host": h.name}) from None
+            t = client.get_transport()
+            if isinstance(exc, paramiko.SSHException) and t is not None and not getattr(t, "remote_version", None):
+                raise ConnectionLostError(
+                    f"{h.name}: {hid} accepted the TCP connection but sent no SSH banner within "
+                    f"{self.connect_timeout:g}s: it is not (or not yet) an SSH server",
+                    hint=f"check target (host and port) in [hosts.{h.name}]; safe to retry",
+                    details={"host": h.name, "connection_lost": True},
+                ) from None
+            raise self._connect_error(exc, policy, hid, kh) from None
+        finally:
+            opened.set()
+        if policy.accepted:
+            self.new_host_key = fingerprint(policy.offered[1])  # type: ignore[index]
+        self.conn = conn
+        return self
+
+    def _connect_error(self, exc: BaseException, policy: _HostKeyPolicy, hid: str, kh: Path) -> BaseException:
+        """The project's error for a failed connection (the exception itself when it is none of ours)."""
+        h = self.host
+        if isinstance(exc, paramiko.BadHostKeyException):
+            return HostKeyError(
                 f"{h.name}: the host key of {hid} has CHANGED (got {fingerprint(exc.key)}, known_hosts "
                 f"{kh} has {fingerprint(exc.expected_key)}); refusing to connect (possible man-in-the-middle)",
                 hint=f"if the change is expected, verify the new key out of band, "
                 f"then: ssh-keygen -R '{hid}' -f {shlex.quote(str(kh))}",
                 details={"host": h.name, "offered_fingerprint": fingerprint(exc.key)},
-            ) from None
-        except paramiko.SSHException as exc:
+            )
+        if isinstance(exc, paramiko.SSHException):
             if policy.other_types:
                 fp = fingerprint(policy.offered[1])  # type: ignore[index]
-                raise HostKeyError(
+                return HostKeyError(
                     f"{h.name}: {hid} offered a {policy.offered[1].get_name()} key ({fp}) but {kh} knows it only as "  # type: ignore[index]
                     f"{', '.join(policy.other_types)}; refusing (treated as a changed key)",
                     hint=f"verify out of band, then: ssh-keygen -R '{hid}' -f {shlex.quote(str(kh))}",
                     details={"host": h.name, "offered_fingerprint": fp},
-                ) from None
+                )
             if policy.offered is not None and not policy.accepted:
                 fp = fingerprint(policy.offered[1])
-                raise HostKeyError(
+                return HostKeyError(
                     f"{h.name}: unknown host key for {hid} ({policy.offered[1].get_name()} {fp}); not in {kh}",
                     hint="verify that fingerprint out of band, then rerun with --accept-new-host-key",
                     details={"host": h.name, "offered_fingerprint": fp},
-                ) from None
+                )
             if isinstance(exc, paramiko.AuthenticationException):
-                raise HostRefusedError(
+                return HostRefusedError(
                     f"{h.name}: SSH authentication to {hid} failed: {exc}", hint="check identity_file in the inventory"
-                ) from None
-            raise ConnectionLostError(
+                )
+            return ConnectionLostError(
                 f"{h.name}: SSH to {hid} failed: {exc}",
-                hint="is the host up and the target right? (safe to retry)",
+                hint="is the host up, the target right, and is it an SSH server? (safe to retry)",
                 details={"host": h.name, "connection_lost": True},
-            ) from None
-        except (OSError, socket.timeout, EOFError) as exc:
-            raise ConnectionLostError(
+            )
+        if isinstance(exc, (OSError, socket.timeout, EOFError)):
+            return ConnectionLostError(
                 f"{h.name}: cannot connect to {hid}: {exc}",
                 hint="is the host up and the target right? (safe to retry)",
                 details={"host": h.name, "connection_lost": True},
-            ) from None
-        if policy.accepted:
-            self.new_host_key = fingerprint(policy.offered[1])  # type: ignore[index]
-        self.conn = conn
-        return self
+            )
+        return exc
 
     def close(self) -> None:
         self._end_session()
@@ -206,7 +248,7 @@ class HostConnection:
             self.conn = None
 
     def __enter__(self) -> "HostConnection":
-        return self.open()
+        return self if self.conn is not None else self.open()
 
     def __exit__(self, *exc) -> None:
         self.close()
@@ -224,7 +266,7 @@ class HostConnection:
         head = b"%d\n" % len(_AGENT_SRC) + _AGENT_SRC
         try:
             chan = self.conn.transport.open_session(timeout=self.connect_timeout)
-            chan.exec_command(f"{shlex.quote(h.python)} -c {shlex.quote(BOOTSTRAP)}")
+            chan.exec_command(f"{shlex.quote(self.agent_python)} -c {shlex.quote(BOOTSTRAP)}")
             chan.sendall(head)
         except (paramiko.SSHException, OSError, EOFError) as exc:
             # A missing interpreter makes the shell exit 127 at once; the channel then closes while the
@@ -262,9 +304,12 @@ class HostConnection:
             return None
         h = self.host
         tail = errb.decode("utf-8", "replace").strip()[-2000:]
+        hint = "fix `python` for this host in the inventory"
+        if h.is_side_by_side and self.agent_python == h.python:
+            hint = f"is the side-by-side venv there? ddtree-deploy rollout {h.name}   (makes it)"
         return HostRefusedError(
-            f"{h.name}: cannot run the host's python {h.python!r} (exit {status})" + (f": {tail}" if tail else ""),
-            hint="fix `python` for this host in the inventory",
+            f"{h.name}: cannot run the host's python {self.agent_python!r} (exit {status})" + (f": {tail}" if tail else ""),
+            hint=hint,
             details={"host": h.name},
         )
 

@@ -13,14 +13,13 @@ hands each one as a :class:`FleetEvent` to the caller's callback (the CLI draws 
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import threading
 import time
 import traceback
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterator
 
-from ddtree_deploy.errors import DDTreeDeployError, ExitCode
+from ddtree_deploy.errors import DDTreeDeployError, ExitCode, Interrupted
 from ddtree_deploy.remote.inventory import HostConfig
 
 
@@ -85,9 +84,11 @@ class FleetInterrupted(KeyboardInterrupt):
     """Ctrl-C during :func:`run_fleet`: every host was told to stop at its next step; ``partial``
     holds the hosts that ended within the grace period."""
 
-    def __init__(self, partial: FleetResult):
+    def __init__(self, partial: FleetResult, hosts: list[str] | None = None):
         super().__init__("interrupted")
         self.partial = partial
+        names = " ".join(hosts or [r.host for r in partial.results])
+        self.hint = f"see where each host stands: ddtree-deploy status {names}" if names else None
 
 
 # --- progress events ----------------------------------------------------------------------------
@@ -175,6 +176,11 @@ def result_from_error(host: str, exc: BaseException, t0: float) -> HostResult:
 Pipeline = Callable[[HostConfig, Reporter, threading.Event], HostResult]
 
 
+# After Ctrl-C, how long the hosts get to notice and end (every pipeline checks its cancel event at
+# least every 0.1 s, and a connection being made is closed); the rest are reported as interrupted.
+INTERRUPT_GRACE_S = 0.5
+
+
 def run_fleet(
     hosts: list[HostConfig],
     pipeline: Pipeline,
@@ -186,40 +192,51 @@ def run_fleet(
     """Run ``pipeline`` for every host in parallel; return the results in host order.
 
     ``on_event`` gets every phase and note of every host (see :class:`Reporter`) and a ``DONE``
-    event per host. On Ctrl-C every host is told to stop, and :class:`FleetInterrupted` carries
-    the hosts that ended. This module never prints.
+    event per host. On Ctrl-C every host is told to stop and gets ``INTERRUPT_GRACE_S`` to end;
+    :class:`FleetInterrupted` carries the hosts that ended. The host threads are daemons, so a host
+    stuck in a system call never keeps the process alive after it (a host with the whole payload
+    finishes, or rolls back, on its own). This module never prints.
     """
     cancel = threading.Event()
     reporter = Reporter(on_event)
     names = [h.name for h in hosts]
     results: dict[str, HostResult] = {}
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(hosts))), thread_name_prefix="host")
+    done = threading.Condition()
+    slots = threading.Semaphore(max(1, min(max_workers, len(hosts))))
 
-    def wrapped(h: HostConfig) -> HostResult:
+    def wrapped(h: HostConfig) -> None:
         t0 = time.monotonic()
-        try:
-            r = pipeline(h, reporter, cancel)
-        except BaseException as exc:  # noqa: BLE001 (one host never takes the others down)
-            r = result_from_error(h.name, exc, t0)
+        with slots:
+            try:
+                if cancel.is_set():
+                    raise _cancelled(h.name)
+                r = pipeline(h, reporter, cancel)
+            except BaseException as exc:  # noqa: BLE001 (one host never takes the others down)
+                r = result_from_error(h.name, exc, t0)
         r.seconds = round(time.monotonic() - t0, 3)
         reporter.emit(FleetEvent(h.name, r.status, 100, DONE))
-        return r
+        with done:
+            results[h.name] = r
+            done.notify_all()
 
-    futs = {pool.submit(wrapped, h): h.name for h in hosts}
+    threads = [threading.Thread(target=wrapped, args=(h,), name=f"host-{h.name}", daemon=True) for h in hosts]
+    for t in threads:
+        t.start()
     try:
-        pending = set(futs)
-        while pending:
-            done, pending = cf.wait(pending, timeout=0.1)
-            for f in done:
-                results[futs[f]] = f.result()
+        with done:
+            while len(results) < len(hosts):
+                done.wait(0.1)
     except KeyboardInterrupt:
         cancel.set()
         reporter.note("*", "interrupted: stopping every host at its next step")
-        cf.wait(list(futs), timeout=60)
-        for f, name in futs.items():
-            if f.done():
-                results[name] = f.result()
-        pool.shutdown(wait=False)
-        raise FleetInterrupted(FleetResult([results[n] for n in names if n in results], title)) from None
-    pool.shutdown(wait=True)
+        deadline = time.monotonic() + INTERRUPT_GRACE_S
+        for t in threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with done:
+            ended = dict(results)
+        raise FleetInterrupted(FleetResult([ended[n] for n in names if n in ended], title), names) from None
     return FleetResult([results[n] for n in names], title)
+
+
+def _cancelled(host: str) -> DDTreeDeployError:
+    return Interrupted(f"{host}: interrupted before it started")

@@ -68,34 +68,35 @@ def load_build(build_dir: str | os.PathLike[str]) -> BuildSet:
     """Read ``DIR/manifest.json`` and the files it names; check every file against its hash."""
     d = Path(build_dir)
     mpath = d / "manifest.json"
+    rebuild = f"rebuild it: ddtree-deploy build --out {d}"
     if not mpath.exists():
         raise UsageError(f"{d} is not a build directory (no manifest.json)", hint="ddtree-deploy build --out DIR")
     try:
         raw = json.loads(mpath.read_text(encoding="utf-8"))
     except ValueError as exc:
-        raise UsageError(f"{mpath}: not valid JSON: {exc}") from None
+        raise UsageError(f"{mpath}: not valid JSON: {exc}", hint=rebuild) from None
     Manifest.load(mpath)  # validates the format
     if raw.get("format") != 1:
-        raise UsageError(f"{mpath}: unsupported manifest format {raw.get('format')!r}")
+        raise UsageError(f"{mpath}: unsupported manifest format {raw.get('format')!r}", hint=rebuild)
     files = []
     for e in raw.get("files", []):
         path = e["path"]
         if path.startswith("/") or any(p in ("", ".", "..") for p in path.split("/")):
-            raise UsageError(f"{mpath}: refused path {path!r}")
+            raise UsageError(f"{mpath}: refused path {path!r}", hint=rebuild)
         data = None
         if e["action"] != "delete":
             fp = d / path
             try:
                 data = fp.read_bytes()
             except FileNotFoundError:
-                raise UsageError(f"{mpath}: {path} is missing from the build directory") from None
+                raise UsageError(f"{mpath}: {path} is missing from the build directory", hint=rebuild) from None
             if sha256_bytes(data) != e["patched_sha256"]:
                 raise UsageError(
                     f"{d}: {path} does not match its manifest hash (the build dir was modified)",
                     hint="rebuild: ddtree-deploy build --out DIR",
                 )
         if e["action"] not in ("create", "modify", "delete"):
-            raise UsageError(f"{mpath}: {path}: unknown action {e['action']!r}")
+            raise UsageError(f"{mpath}: {path}: unknown action {e['action']!r}", hint=rebuild)
         files.append(
             DeployFile(
                 path,
@@ -549,8 +550,34 @@ def smoke(hc: HostConnection, bs: BuildSet | None, *, on_event=None, cancel=None
     )
 
 
+def record_check(hc: HostConnection, package: str = "sglang") -> dict[str, Any]:
+    """Every file of the installed package's ``RECORD`` hashed against it on the host (the drift
+    check of a pip-installed environment: production's untouched SGLang matches it byte for byte)."""
+    h = hc.host
+    return hc.run_agent({"op": "record_check", "package": package, "site_packages": h.site_packages}, timeout=300)
+
+
+def record_verdict(rec: dict[str, Any], records: list[dict[str, Any]]) -> dict[str, Any]:
+    """The RECORD check against our own deploy records: which differing files our live deploys
+    explain, and which nothing explains (drift)."""
+    ours = {f["path"] for r in records if r.get("status") in APPLIED for f in r.get("files", [])}
+    differ = [m["path"] for m in rec.get("mismatched", [])] + list(rec.get("missing", []))
+    unexplained = [p for p in differ if p not in ours]
+    return {
+        "dist_info": rec.get("dist_info"),
+        "version": rec.get("version"),
+        "files": rec.get("files", 0),
+        "matched": rec.get("matched", 0),
+        "differ": differ,
+        "explained_by_deploys": [p for p in differ if p in ours],
+        "unexplained": unexplained,
+        "intact": bool(rec.get("ok")),
+        "note": rec.get("note"),
+    }
+
+
 def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
-    """Per file: pristine / patched (series) / unknown (drifted); plus lock and last deploy."""
+    """Per file: pristine / patched (series) / unknown (drifted); the RECORD check; lock and last deploy."""
     paths = [f.path for f in bs.files] if bs else []
     pr0 = probe(hc, paths, package=bs.package if bs else "sglang")
     records = pr0.get("records", [])
@@ -598,7 +625,27 @@ def status(hc: HostConnection, bs: BuildSet | None) -> dict[str, Any]:
         "interrupted": stuck,
         "needs_human": [r["deploy_id"] for r in records if r.get("status") == NEEDS_HUMAN],
         "applied": [r["deploy_id"] for r in records if r.get("status") in APPLIED],
+        "record": record_verdict(record_check(hc, bs.package if bs else "sglang"), records),
     }
+
+
+def audit_service_step(hc: HostConnection, *, after: str, deploy_id: str | None, why: str | None, result: str) -> None:
+    """The restart + health check's outcome, as one line in the host's audit log."""
+    h = hc.host
+    hc.run_agent(
+        {
+            "op": "audit",
+            "entry_op": "restart",
+            "state_dir": h.state_dir,
+            "after": after,
+            "deploy_id": deploy_id,
+            "who": whoami(),
+            "why": why,
+            "result": result,
+            "health_url": h.health_url,
+        },
+        timeout=60,
+    )
 
 
 def history(hc: HostConnection, limit: int | None = None) -> list[dict[str, Any]]:

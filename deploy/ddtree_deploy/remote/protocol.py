@@ -70,6 +70,7 @@ class ErrorKind:
     PARTIAL_FAILURE = "PartialFailureError"
     COMPARE_FAILED = "CompareFailedError"
     INTERRUPTED = "Interrupted"
+    DEMO_STEP = "DemoStepFailed"  # a step of `ddtree-deploy demo` did not end as expected (exit 1)
 
 
 ERROR_KINDS = frozenset(v for k, v in vars(ErrorKind).items() if k.isupper())

@@ -27,9 +27,9 @@ class PushOptions:
     why: str | None = None
 
 
-def _connect(h: HostConfig, report: Reporter, accept_new: bool) -> HostConnection:
+def _connect(h: HostConfig, report: Reporter, accept_new: bool, cancel: threading.Event | None = None) -> HostConnection:
     report.phase(h.name, "connecting", 5)
-    hc = HostConnection(h, accept_new_host_key=accept_new).open()
+    hc = HostConnection(h, accept_new_host_key=accept_new, connect_timeout=h.connect_timeout).open(cancel)
     if hc.new_host_key:
         report.note(h.name, f"recorded new host key {hc.new_host_key} in {h.known_hosts_path}")
     return hc
@@ -81,12 +81,13 @@ def _interrupted(h: HostConfig, deploy_id: str, exc: DDTreeDeployError) -> Inter
 
 def push_pipeline(bs: BuildSet, opts: PushOptions):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
+        refuse_side_by_side(h, "push")
         if opts.restart and not h.restart_command:
             raise UsageError(
                 f"{h.name}: --restart, but the inventory has no restart_command for this host",
                 hint=f"add restart_command (and health_url) to [hosts.{h.name}], or drop --restart",
             )
-        hc = _connect(h, report, opts.accept_new_host_key)
+        hc = _connect(h, report, opts.accept_new_host_key, cancel)
         try:
             report.phase(h.name, "preflight", 15)
             plan = hostops.preflight(hc, bs, dry_run=opts.dry_run)
@@ -179,6 +180,26 @@ print("unhealthy: " + last); sys.exit(1)
 """
 
 
+def refuse_side_by_side(h: HostConfig, command: str) -> None:
+    """A side-by-side host is installed by ``rollout`` (a wheel in its own venv), never patched in place."""
+    if h.is_side_by_side:
+        raise UsageError(
+            f"{h.name} is a side-by-side host (a venv beside {h.side_by_side_of}): `{command}` patches files in place, "
+            "which is not how that venv is installed",
+            hint=f"ddtree-deploy rollout {h.name}   (--pristine installs the pinned wheel there; --remove deletes the venv)",
+        )
+
+
+def service_step(hc: HostConnection, report: Reporter, *, after: str, deploy_id: str | None, why: str | None) -> tuple[bool, str]:
+    """``restart_command``, then ``health_url`` polled from the host until 2xx, audited on the host."""
+    ok, reason = _restart(hc, report)
+    try:
+        hostops.audit_service_step(hc, after=after, deploy_id=deploy_id, why=why, result="healthy" if ok else reason[:500])
+    except DDTreeDeployError as exc:
+        reason += f" (and its audit line was not written: {exc.message})"
+    return ok, reason
+
+
 def _restart(hc: HostConnection, report: Reporter) -> tuple[bool, str]:
     h = hc.host
     if not h.restart_command:
@@ -201,7 +222,7 @@ def _service_step(
     hc: HostConnection, bs: BuildSet, deploy_id: str, opts: PushOptions, report: Reporter, cancel: threading.Event
 ) -> None:
     h = hc.host
-    ok, why = _restart(hc, report)
+    ok, why = service_step(hc, report, after="push", deploy_id=deploy_id, why=opts.why)
     if ok:
         report.phase(h.name, "smoke (after restart)", 97)
         chk = hostops.smoke(hc, bs, cancel=cancel)["checks"]
@@ -217,7 +238,7 @@ def _service_step(
         )
     report.phase(h.name, "rolling back", 98)
     hostops.rollback(hc, to=None, why=f"service step failed: {why}", expect_latest=deploy_id)
-    ok2, why2 = _restart(hc, report)
+    ok2, why2 = service_step(hc, report, after="rollback", deploy_id=deploy_id, why=f"service step failed: {why}")
     raise RolledBackError(
         f"{h.name}: {why}; rolled back {deploy_id} (verified)"
         + ("" if ok2 else f"; the restart after rollback ALSO failed: {why2}"),
@@ -228,7 +249,7 @@ def _service_step(
 
 def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
-        with _connect(h, report, accept_new) as hc:
+        with _connect(h, report, accept_new, cancel) as hc:
             report.phase(h.name, "smoke", 30)
             res = hostops.smoke(hc, bs, on_event=_event_cb(h, report), cancel=cancel)
             chk = res["checks"]
@@ -252,50 +273,86 @@ def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
     return run
 
 
+NOT_RESTARTED = (
+    "; the service was NOT restarted: it keeps running the code it loaded until it restarts "
+    "(rerun with --restart, or restart it yourself)"
+)
+
+
 def rollback_pipeline(
-    to: str | None, accept_new: bool = False, why: str | None = None, *, dry_run: bool = False, force: bool = False
+    to: str | None,
+    accept_new: bool = False,
+    why: str | None = None,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    restart: bool = False,
 ):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
-        with _connect(h, report, accept_new) as hc:
+        refuse_side_by_side(h, "rollback")
+        if restart and not h.restart_command:
+            raise UsageError(
+                f"{h.name}: --restart, but the inventory has no restart_command for this host",
+                hint=f"add restart_command (and health_url) to [hosts.{h.name}], or drop --restart",
+            )
+        with _connect(h, report, accept_new, cancel) as hc:
             report.phase(h.name, "rolling back" if not dry_run else "checking the rollback", 30)
             res = hostops.rollback(hc, to=to, why=why, dry_run=dry_run, force=force, on_event=_event_cb(h, report), cancel=cancel)
             if dry_run:
-                steps = res.get("would_undo", [])
-                if not steps:
-                    return HostResult(h.name, True, "unchanged", ExitCode.OK, "nothing to roll back (dry run)", data=res)
-                n = sum(1 for s in steps for f in s["files"] if f["write"])
-                problems = []
-                if res.get("broken_backups"):
-                    problems.append(
-                        f"{len(res['broken_backups'])} broken backup(s): " + ", ".join(b["path"] for b in res["broken_backups"])
-                    )
-                if res.get("edited"):
-                    problems.append(
-                        f"{len(res['edited'])} file(s) edited on the host (needs --force): "
-                        + ", ".join(e["path"] for e in res["edited"])
-                    )
-                msg = f"would undo {', '.join(s['deploy_id'] for s in steps)}: {n} file(s) to restore; wrote nothing" + (
-                    "; WOULD BE REFUSED: " + "; ".join(problems) if problems else ""
-                )
-                return HostResult(h.name, True, "would-roll-back", ExitCode.OK, msg, deploy_id=steps[0]["deploy_id"], data=res)
+                return _rollback_dry_run_result(h, res, restart)
             undone = res.get("undone", [])
             if not undone:
-                return HostResult(h.name, True, "unchanged", ExitCode.OK, res.get("note", "nothing to roll back"), data=res)
-            ids = ", ".join(u["deploy_id"] for u in undone)
-            n = sum(len(u["files"]) for u in undone)
-            msg = f"undid {ids}: {n} file(s) restored and verified"
-            if res.get("kept"):
-                msg += f"; kept {len(res['kept'])} host-edited file(s) under {h.state_dir}/edited/"
-            return HostResult(
-                h.name, True, "rolled-back", ExitCode.OK, msg, deploy_id=undone[0]["deploy_id"], files_sent=0, data=res
-            )
+                result = HostResult(h.name, True, "unchanged", ExitCode.OK, res.get("note", "nothing to roll back"), data=res)
+            else:
+                ids = ", ".join(u["deploy_id"] for u in undone)
+                n = sum(len(u["files"]) for u in undone)
+                msg = f"undid {ids}: {n} file(s) restored and verified"
+                if res.get("kept"):
+                    msg += f"; kept {len(res['kept'])} host-edited file(s) under {h.state_dir}/edited/"
+                result = HostResult(
+                    h.name, True, "rolled-back", ExitCode.OK, msg, deploy_id=undone[0]["deploy_id"], files_sent=0, data=res
+                )
+            if restart:
+                ok, reason = service_step(hc, report, after="rollback", deploy_id=result.deploy_id, why=why)
+                result.data["restart"] = {"ok": ok, "result": "healthy" if ok else reason}
+                if not ok:
+                    raise SmokeFailedError(
+                        f"{h.name}: {result.message}; then {reason}: the files are as the rollback left them, "
+                        "the service is not healthy",
+                        hint=f"look at the service on {h.name} (its logs); ddtree-deploy status {h.name}",
+                        details={"deploy_id": result.deploy_id, "rollback": res, "restart_failed": reason},
+                    )
+                result.message += "; restarted, healthy" if h.health_url else "; restarted (no health_url to check)"
+            elif undone and h.restart_command:
+                result.message += NOT_RESTARTED
+                result.data["restart"] = None
+            return result
 
     return run
 
 
+def _rollback_dry_run_result(h: HostConfig, res: dict[str, Any], restart: bool) -> HostResult:
+    steps = res.get("would_undo", [])
+    then = "; then would run restart_command and wait for health_url" if restart else ""
+    if not steps:
+        return HostResult(h.name, True, "unchanged", ExitCode.OK, "nothing to roll back (dry run)" + then, data=res)
+    n = sum(1 for s in steps for f in s["files"] if f["write"])
+    problems = []
+    if res.get("broken_backups"):
+        problems.append(f"{len(res['broken_backups'])} broken backup(s): " + ", ".join(b["path"] for b in res["broken_backups"]))
+    if res.get("edited"):
+        problems.append(
+            f"{len(res['edited'])} file(s) edited on the host (needs --force): " + ", ".join(e["path"] for e in res["edited"])
+        )
+    msg = f"would undo {', '.join(s['deploy_id'] for s in steps)}: {n} file(s) to restore{then}; wrote nothing" + (
+        "; WOULD BE REFUSED: " + "; ".join(problems) if problems else ""
+    )
+    return HostResult(h.name, True, "would-roll-back", ExitCode.OK, msg, deploy_id=steps[0]["deploy_id"], data=res)
+
+
 def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
-        with _connect(h, report, accept_new) as hc:
+        with _connect(h, report, accept_new, cancel) as hc:
             report.phase(h.name, "status", 50)
             st = hostops.status(hc, bs)
             counts: dict[str, int] = {}
@@ -308,15 +365,29 @@ def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
                 summary += f"; deploy {st['needs_human'][-1]} NEEDS A HUMAN (restore failed)"
             if st["lock"]:
                 summary += f"; locked by {st['lock'].get('who')} ({st['lock'].get('deploy_id')})"
-            ok = not st["interrupted"] and not st["needs_human"] and not counts.get("unknown")
+            rec = st["record"]
+            summary += "; " + record_phrase(rec)
+            ok = not st["interrupted"] and not st["needs_human"] and not counts.get("unknown") and not rec["unexplained"]
             return HostResult(h.name, True, "ok" if ok else "attention", ExitCode.OK, summary, data=st)
 
     return run
 
 
+def record_phrase(rec: dict[str, Any]) -> str:
+    """The RECORD check in words (``status``): untouched, or how many files differ and why."""
+    if not rec.get("dist_info"):
+        return f"RECORD: {rec.get('note') or 'no dist-info'}"
+    if rec["intact"]:
+        return f"RECORD: all {rec['files']} files match {rec['dist_info']} (untouched)"
+    return (
+        f"RECORD: {len(rec['differ'])} of {rec['files']} files differ from {rec['dist_info']} "
+        f"({len(rec['explained_by_deploys'])} by our deploys, {len(rec['unexplained'])} unexplained)"
+    )
+
+
 def history_pipeline(limit: int | None, accept_new: bool = False):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
-        with _connect(h, report, accept_new) as hc:
+        with _connect(h, report, accept_new, cancel) as hc:
             entries = hostops.history(hc, limit)
             return HostResult(h.name, True, "ok", ExitCode.OK, f"{len(entries)} entries", data={"entries": entries})
 
@@ -325,7 +396,7 @@ def history_pipeline(limit: int | None, accept_new: bool = False):
 
 def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = False):
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
-        with _connect(h, report, accept_new) as hc:
+        with _connect(h, report, accept_new, cancel) as hc:
             if action == "status":
                 lk = hostops.lock_status(hc)
                 if not lk:
