@@ -7,10 +7,15 @@
 set -u
 B=$(cd "$1" && pwd); shift
 OUT=${OUT:-/tmp/h200-out}; mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >/tmp/pip.log 2>&1 || { tail -20 /tmp/pip.log; exit 3; }
-mkdir -p /tmp/sgl && tar -xJf "$B/sglang.tar.xz" -C /tmp/sgl || exit 3
+# (once per machine: a second h200.sh in the same call, e.g. before/after runs, reuses /tmp/site and /tmp/jit)
+[ -f /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >/tmp/pip.log 2>&1 && touch /tmp/site/.installed; } || { tail -20 /tmp/pip.log; exit 3; }
+rm -rf /tmp/sgl; mkdir -p /tmp/sgl && tar -xJf "$B/sglang.tar.xz" -C /tmp/sgl || exit 3
+# H200_OVERLAY=<tar.xz> (e.g. the bundle's before.tar.xz): patched files unpacked over the tree;
+# H200_TAG names this run's output files (time-before-<cases>.json ...).
+if [ -n "${H200_OVERLAY:-}" ]; then tar -xJf "$H200_OVERLAY" -C /tmp/sgl || exit 3; echo "overlay: $H200_OVERLAY $(cat "$B/before.ref" 2>/dev/null)"; fi
+T=${H200_TAG:+-$H200_TAG}
 export SGLANG_JIT_CACHE_DIR=/tmp/jit; mkdir -p /tmp/jit
-[ -f "$B/jit-cache.tar.gz" ] && tar -xzf "$B/jit-cache.tar.gz" -C /tmp/jit
+[ -f "$B/jit-cache.tar.gz" ] && [ ! -f /tmp/jit/.unpacked ] && tar -xzf "$B/jit-cache.tar.gz" -C /tmp/jit && touch /tmp/jit/.unpacked
 export PYTHONPATH="$B/harness/standin:/tmp/sgl:/tmp/site:$B/harness"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_STANDIN_LOG=/tmp/standin.log
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -26,7 +31,7 @@ for part in "$@"; do
             timeout -k 5 $left python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
     equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
-    time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} ${H200_ENGINE_ARGS:-} 2>&1 | tee "$OUT/$p-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p$T-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} ${H200_ENGINE_ARGS:-} 2>&1 | tee "$OUT/$p$T-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
   esac
 done
 (cd /tmp/jit && tar -czf "$OUT/jit-cache.tar.gz" . 2>/dev/null); ls -la "$OUT"

@@ -8,6 +8,9 @@ Writes ``--out`` (default ``.work/h200-bundle``, git-ignored), under 64 MiB in a
 * ``wheels/``: the dependency wheels the H200 image lacks (``wheels.txt``), downloaded for cp312
   manylinux x86_64 with ``pip download --no-deps`` (cached in ``.work/h200-wheels``).
 * ``harness/``: this folder (stand-ins, shims, checks, the engine runner, ``h200.sh``).
+* ``before.tar.xz`` (with ``--before REF``): only the files that the series at git ``REF`` patches,
+  as that series builds them. ``H200_OVERLAY=<bundle>/before.tar.xz`` makes ``h200.sh`` unpack it over
+  the bundle's tree, so one device call measures the series before and after a change side by side.
 
 ``--carry DIR`` also copies the bundle there (for the device tool: ``/work/main/.carry-12``); a
 ``jit-cache.tar.gz`` already in DIR (SGLang's JIT builds brought back from an earlier run) is kept.
@@ -16,6 +19,7 @@ Writes ``--out`` (default ``.work/h200-bundle``, git-ignored), under 64 MiB in a
 from __future__ import annotations
 
 import argparse
+import io
 import shutil
 import subprocess
 import sys
@@ -82,13 +86,44 @@ def make(out: Path, wheel_cache: Path) -> Path:
     return out
 
 
+def make_before(out: Path, ref: str) -> Path:
+    """``out/before.tar.xz``: the patched files of the series committed at git ``ref``."""
+    import tempfile
+
+    from ddtree_deploy.build.build import apply_checked, resolve_inputs
+
+    rel = "patches/sglang-0.5.23"
+    with tempfile.TemporaryDirectory() as tmp:
+        arch = subprocess.run(["git", "-C", str(REPO), "archive", ref, rel], check=True, capture_output=True).stdout
+        tar_in = Path(tmp) / "series.tar"
+        tar_in.write_bytes(arch)
+        with tarfile.open(tar_in) as tf:
+            tf.extractall(tmp, filter="data")
+        result = apply_checked(resolve_inputs(Path(tmp) / rel), require_coverage=False)
+        dest = out / "before.tar.xz"
+        with tarfile.open(dest, "w:xz") as tf:
+            for fr in result.changed():
+                if fr.result is None:
+                    continue
+                info = tarfile.TarInfo(fr.path)
+                info.size = len(fr.result)
+                info.mode = 0o644
+                tf.addfile(info, io.BytesIO(fr.result))
+    (out / "before.ref").write_text(subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", ref], check=True, capture_output=True, text=True).stdout)
+    return dest
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=REPO / ".work" / "h200-bundle")
     ap.add_argument("--wheel-cache", type=Path, default=REPO / ".work" / "h200-wheels")
     ap.add_argument("--carry", type=Path, help="also copy the bundle into this folder")
+    ap.add_argument("--before", metavar="REF", help="also pack the series at git REF (before.tar.xz)")
     args = ap.parse_args(argv)
     out = make(args.out, args.wheel_cache)
+    if args.before:
+        print(f"{make_before(out, args.before)}: the series at {args.before}", file=sys.stderr)
     if args.carry:
         args.carry.mkdir(parents=True, exist_ok=True)
         for item in out.iterdir():

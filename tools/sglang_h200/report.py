@@ -69,15 +69,42 @@ def time_table(res: dict) -> str:
     return "\n".join(rows)
 
 
+def wall_per_step(run: dict) -> float:
+    """ms per decode step from the whole generation's wall (prefill included): an upper bound that,
+    unlike ms_per_step, does not depend on the 1-token reference (which at times took 0.3-0.5 s)."""
+    return 1000.0 * run["wall_s"] / max(run["decode_steps"], 1)
+
+
+def ratio_table(res: dict, ref: str) -> str:
+    """wall/step of every case, its ratio to ``ref`` (a DFLASH case of the same run), whether its
+    tokens equal ``ref``'s, and (auto budget) which budgets its steps ran."""
+    base = {run["batch"]: run for run in res[ref]["ok"]["runs"]}
+    batches = sorted(base)
+    rows = ["| case | " + " | ".join(f"b={b} ms (ratio)" for b in batches) + " | tokens = " + ref + " | budgets run |",
+            "| --- |" + " ---: |" * len(batches) + " --- | --- |"]
+    for name, r in res.items():
+        if not r.get("ok"):
+            continue
+        by = {run["batch"]: run for run in r["ok"]["runs"]}
+        cells = [f"{wall_per_step(by[b]):.2f} ({wall_per_step(by[b]) / wall_per_step(base[b]):.2f})" if b in by else "-"
+                 for b in batches]
+        same = all(by[b]["output_ids"] == base[b]["output_ids"] for b in batches if b in by)
+        budgets = "; ".join(f"b={b}: {by[b].get('budgets')}" for b in batches if by.get(b, {}).get("budgets"))
+        rows.append(f"| {name} | " + " | ".join(cells) + f" | {'yes' if same else 'NO'} | {budgets} |")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--equal", nargs="*")
     ap.add_argument("--time", nargs="*")
+    ap.add_argument("--ratios-to", metavar="CASE", help="with --time: wall/step ratios to this DFLASH case")
     args = ap.parse_args(argv)
     if args.equal:
         print(equal_table(_load(args.equal)) + "\n")
     if args.time:
-        print(time_table(_load(args.time)) + "\n")
+        res = _load(args.time)
+        print((ratio_table(res, args.ratios_to) if args.ratios_to else time_table(res)) + "\n")
     return 0
 
 

@@ -154,6 +154,13 @@ def _read_probe(path):
         return 0, 0.0, 0.0
 
 
+def _count(xs) -> dict:
+    out: dict = {}
+    for x in xs:
+        out[str(x)] = out.get(str(x), 0) + 1
+    return out
+
+
 def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
     os.setpgid(0, 0)  # the engine's scheduler/detokenizer join this group: the parent ends them all
     os.environ.update(env or {})
@@ -189,6 +196,8 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
                 "ms_per_step": 1000.0 * max(wall_s - prefill_s, 0.0) / max(steps, 1),
                 "tokens": sum(len(x) for x in ids), "output_ids": ids,
                 "accept_len": [m.get("spec_accept_length") for m in metas],
+                # --speculative-ddtree-budget auto: how many request-steps ran each budget
+                "budgets": _count(b for m in metas for b in (m.get("ddtree_budget") or [])),
             })
             if probe:
                 n = after[0] - before[0]
@@ -211,6 +220,8 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
 
 
 def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None) -> dict:
+    if os.environ.get("H200_TAG"):  # h200.sh's H200_TAG: results of a before/after run keep apart
+        name = f"{name}@{os.environ['H200_TAG']}"
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_child, args=(child, argv, prompts_by_batch, max_new_tokens, env))
@@ -292,6 +303,9 @@ def part_time(root: Path, args) -> dict:
     # Order: the graphed pair the roadmap's break-even needs first, then eager, then the builder probe.
     cases = [("dflash-graphs", "DFLASH", True, None)]
     cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
+    cases += [("ddtree-auto-graphs", "DDTREE", True, "auto")]  # --speculative-ddtree-budget auto
+    # The synchronous scheduler (overlap off): what overlap scheduling alone is worth.
+    cases += [("ddtree-B16-graphs-sync", "DDTREE", True, 16)]
     cases += [("dflash-nographs", "DFLASH", False, None)]
     cases += [(f"ddtree-B{b}-nographs", "DDTREE", False, b) for b in (16, 64, 256)]
     # builder's share: the same DDTREE cases with the synchronizing probe (sitecustomize.py, 3.)
@@ -304,16 +318,17 @@ def part_time(root: Path, args) -> dict:
     for name, algo, graphs, budget in cases:
         if args.only and name not in args.only:
             continue
-        argv = server_argv(target, draft, algo, graphs, "bfloat16", budget, extra)
+        argv = server_argv(target, draft, algo, graphs, "bfloat16", budget,
+                           extra + (["--disable-overlap-schedule"] if name.endswith("-sync") else []))
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
         first = not out
         env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else {}
         if args.profile and name in args.profile:
             env["H200_PROFILE_DIR"] = str(args.profile_dir / name)
-        out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, env)
-        if first and "error" in out[name]:
+        r = out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, env)
+        if first and "error" in r:
             break
-    return out
+    return {r["name"]: r for r in out.values()}  # tagged names (H200_TAG) keep runs apart
 
 
 def main(argv=None) -> int:
