@@ -6,11 +6,19 @@ The pinned snapshot is the REAL sglang 0.5.23 wheel from PyPI, fetched and verif
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
+
+# A suite started in the background by a non-interactive shell (`make test &`) inherits SIGINT
+# ignored, and so would every CLI process the Ctrl-C tests start (an ignored signal survives exec,
+# and Python then installs no KeyboardInterrupt handler): those tests would time out for a reason
+# that is not theirs. The children get the default disposition back from here.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
