@@ -1,6 +1,7 @@
 #!/bin/bash
 # The H200 harness's entry on the device machine. Usage (from the repo root there):
 #   bash .carry-12/harness/h200.sh .carry-12 PART...   PART: checks | equal | time | time:<case> ...
+# pair / pair:<case>,...: the trained pair in $H200_PAIR (tools/real_pair; run_engine.py --part pair).
 # H200_ENGINE_ARGS (e.g. "--profile ddtree-B16-graphs") is passed to run_engine.py in the time:/equal: parts.
 # Installs the carried wheels into /tmp/site, unpacks the patched sglang into /tmp/sgl, puts the
 # stand-ins first on PYTHONPATH, runs the parts, and leaves logs / JSON / the JIT cache under $OUT.
@@ -31,6 +32,7 @@ for part in "$@"; do
             timeout -k 5 $left python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
     equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
+    pair|pair:*) c=${part#pair}; c=${c#:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part pair --pair "${H200_PAIR:?H200_PAIR=<pair dir>}" --max-new-tokens ${PAIR_NEW_TOKENS:-128} ${c:+--only ${c//,/ }} --out "$OUT/pair$T${c:+-${c//,/_}}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/pair$T.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p$T-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} ${H200_ENGINE_ARGS:-} 2>&1 | tee "$OUT/$p$T-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
   esac
 done

@@ -12,6 +12,10 @@ shapes: 5 layers, block 16, target layers 1/9/17/25/33), random weights (SGLang'
 format: nothing written, nothing downloaded). Decode step time in ms/step at batch 1, 8, 32 for DFLASH
 (graphs off/on) and DDTREE (graphs off, B 16/64/256).
 
+``--part pair --pair DIR``: the small real pair trained by ``tools/real_pair/train_pair.py`` (issue 21):
+target-only, DFLASH and DDTREE at B 16..512, graphs on, held-out prompts at batch 1/8/32, T = 0 and T = 1:
+tokens per verify step (tau), decode tokens/s, and every T = 0 output against target-only's.
+
 Each engine case runs in a fresh child process (one engine per process; a crash or hang is confined
 to its case, bounded by ``--case-timeout``). Results: one JSON line per case on stdout prefixed
 ``CASE``, and ``--out`` (JSON).
@@ -161,7 +165,7 @@ def _count(xs) -> dict:
     return out
 
 
-def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
+def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
     os.setpgid(0, 0)  # the engine's scheduler/detokenizer join this group: the parent ends them all
     os.environ.update(env or {})
     probe = os.environ.get("H200_TIME_BUILDER")
@@ -172,9 +176,10 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
         t0 = time.perf_counter()
         engine = sglang.Engine(server_args=prepare_server_args(argv))
         res = {"start_s": round(time.perf_counter() - t0, 1), "runs": []}
-        sp = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
-        engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp, max_new_tokens=4))  # warm
-        for prompts in prompts_by_batch:
+        sp0 = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
+        engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp0, max_new_tokens=4))  # warm
+        for temp, prompts in [(t, p) for t in temps for p in prompts_by_batch]:
+            sp = dict(sp0, temperature=temp)
             # One unmeasured full generation first: the first use of a batch shape compiles Triton
             # kernels (seen on the H200: a prefill-only reference that took longer than the full
             # generation after it). Then the prefill-only reference (1 new token) and the measured
@@ -190,12 +195,18 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
             after = _read_probe(probe) if probe else None
             ids = [list(o.get("output_ids") or []) for o in outs]
             metas = [o.get("meta_info", {}) for o in outs]
-            steps = max(int(m.get("spec_verify_ct") or 0) for m in metas) or (max_new_tokens - 1)
+            verify = [int(m.get("spec_verify_ct") or 0) for m in metas]
+            steps = max(verify) or (max_new_tokens - 1)
             res["runs"].append({
-                "batch": len(prompts), "wall_s": wall_s, "prefill_s": prefill_s, "decode_steps": steps,
+                "batch": len(prompts), "temperature": temp, "wall_s": wall_s, "prefill_s": prefill_s,
+                "decode_steps": steps,
                 "ms_per_step": 1000.0 * max(wall_s - prefill_s, 0.0) / max(steps, 1),
                 "tokens": sum(len(x) for x in ids), "output_ids": ids,
-                "accept_len": [m.get("spec_accept_length") for m in metas],
+                # decode tokens per second of the whole batch (the prefill-only call's time taken off)
+                "decode_tok_s": sum(len(x) - 1 for x in ids) / max(wall_s - prefill_s, 1e-9),
+                # tau: tokens per verify step, the first token (from prefill) left out
+                "tau": (sum(len(x) - 1 for x in ids) / sum(verify)) if sum(verify) else None,
+                "accept_len": [m.get("spec_accept_length") for m in metas], "verify_ct": verify,
                 # --speculative-ddtree-budget auto: how many request-steps ran each budget
                 "budgets": _count(b for m in metas for b in (m.get("ddtree_budget") or [])),
             })
@@ -209,7 +220,7 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
             prompts = prompts_by_batch[len(prompts_by_batch) // 2]
             engine.start_profile(output_dir=prof, num_steps=8, activities=["CPU", "GPU"],
                                  with_stack=False, record_shapes=False, profile_prefix=f"bs{len(prompts)}")
-            engine.generate(input_ids=prompts, sampling_params=dict(sp, max_new_tokens=12))
+            engine.generate(input_ids=prompts, sampling_params=dict(sp0, max_new_tokens=12))
             res["profile_dir"] = prof
         engine.shutdown()
         conn.send({"ok": res})
@@ -219,12 +230,12 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env):
         conn.close()
 
 
-def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None) -> dict:
+def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None, temps=(0.0,)) -> dict:
     if os.environ.get("H200_TAG"):  # h200.sh's H200_TAG: results of a before/after run keep apart
         name = f"{name}@{os.environ['H200_TAG']}"
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, argv, prompts_by_batch, max_new_tokens, env))
+    proc = ctx.Process(target=_child, args=(child, argv, prompts_by_batch, max_new_tokens, env, temps))
     t0 = time.perf_counter()
     proc.start()
     child.close()
@@ -331,14 +342,49 @@ def part_time(root: Path, args) -> dict:
     return {r["name"]: r for r in out.values()}  # tagged names (H200_TAG) keep runs apart
 
 
+PAIR_BUDGETS = (16, 32, 64, 128, 256, 512)
+
+
+def part_pair(root: Path, args) -> dict:
+    """The trained pair (tools/real_pair): target-only, DFLASH and DDTREE at PAIR_BUDGETS, graphs on,
+    held-out prompts at batch 1/8/32, T = 0 and T = 1; every T = 0 output compared with target-only's."""
+    pair = args.pair
+    prompts_all = [p["input_ids"] for p in json.loads((pair / "heldout_prompts.json").read_text())]
+    prompts = [prompts_all[:bs] for bs in (1, 8, 32)]
+    cases = [("target-only", "plain", None), ("dflash", "DFLASH", None)]
+    cases += [(f"ddtree-B{b}", "DDTREE", b) for b in PAIR_BUDGETS]
+    extra = ["--context-length", "2048", "--max-running-requests", "32", "--cuda-graph-max-bs-decode", "32",
+             "--cuda-graph-backend-prefill", "disabled"]
+    out = {}
+    for name, algo, budget in cases:
+        if args.only and name not in args.only:
+            continue
+        argv = server_argv(pair / "target", pair / "draft", algo, True, args.pair_dtype, budget, extra)
+        timeout = args.case_timeout if out else max(args.case_timeout, 420)
+        r = out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, temps=(0.0, 1.0))
+        if name == "target-only" and "error" in r:
+            break
+    ref = out.get("target-only", {}).get("ok")
+    for name, r in out.items():
+        if "ok" in r and ref and name != "target-only":
+            greedy = [(a["output_ids"], b["output_ids"]) for a, b in zip(r["ok"]["runs"], ref["runs"])
+                      if a["temperature"] == 0.0]
+            r["equal_to_plain"] = all(a == b for a, b in greedy)
+            print(f"EQUAL {name} {r['equal_to_plain']}", flush=True)
+    return {r["name"]: r for r in out.values()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--part", choices=["equal", "time", "models"], required=True)
+    ap.add_argument("--part", choices=["equal", "time", "pair", "models"], required=True)
     ap.add_argument("--work", type=Path, default=Path("/tmp/h200-models"))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--max-new-tokens", type=int, default=32)
     ap.add_argument("--case-timeout", type=int, default=240)
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--pair", type=Path, help="--part pair: the trained pair (target/, draft/, heldout_prompts.json)")
+    ap.add_argument("--pair-dtype", default="float32",
+                    help="--part pair: engine dtype (float32: T = 0 equality is not blurred by bf16 near-ties)")
     ap.add_argument("--ddtree-graph-args", default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
                     help="extra engine flags for the ddtree-B*-graphs cases (graphs are DDTREE's default with "
                          "triton since patch 0014; e.g. --speculative-ddtree-cuda-graph to say so explicitly)")
@@ -355,7 +401,8 @@ def main(argv=None) -> int:
     if args.part == "models":  # CPU check of the model/config writers
         print(make_tiny_models(args.work), make_8b_configs(args.work))
         return 0
-    res = part_equal(args.work, args) if args.part == "equal" else part_time(args.work, args)
+    part = {"equal": part_equal, "time": part_time, "pair": part_pair}[args.part]
+    res = part(args.work, args)
     if args.out:
         args.out.write_text(json.dumps(res, indent=1))
     bad = [k for k, v in res.items() if "error" in v or v.get("equal_to_plain") is False]
