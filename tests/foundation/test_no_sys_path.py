@@ -18,6 +18,8 @@ SELF = Path(__file__).resolve()
 # path (relative to the repo; a trailing "/" means the whole folder) -> why it may edit sys.path
 ALLOWED = {
     "deploy/ddtree_deploy/remote/agent.py": "the host-side agent drops '' and '.' so the host's cwd cannot shadow the stdlib",
+    "tools/real_pair/run_reference.py": "imports the DDTree reference (liranringel/ddtree) from the checkout --ref "
+    "names: its modules (model, ddtree, dflash) are top-level files, not an installable package, and are never copied here",
     "deploy/ddtree_deploy/remote/agent_venv.py": "writes the side-by-side venv's .pth that layers it on production's "
     "site-packages (site.addsitedir, in the venv's interpreter on the host)",
 }

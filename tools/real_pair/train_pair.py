@@ -32,9 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # a script run from anywhere on the GPU machine
-from dflash_draft import DFlashDraft, cosine_lr, draft_loss  # noqa: E402
+from dflash_draft import DFlashDraft, cosine_lr, draft_loss  # the script's own folder is sys.path[0]
 
 MASK, EOS = "<mask>", "<|endoftext|>"
 SIZES = {
