@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import re_cases as cases  # tests/real_engine is on pytest's pythonpath (pyproject.toml)
+from re_checks import HFGreedy
 from re_engine_proc import EngineProc, StartupRefused  # noqa: F401
 
 HERE = Path(__file__).resolve().parent
@@ -54,30 +55,6 @@ def re_models(tmp_path_factory) -> dict:
     import tiny_models as models
 
     return models.make_all(tmp_path_factory.mktemp("re-models"))
-
-
-class HFGreedy:
-    """transformers' greedy ``generate()`` on the same target checkpoint (float32, CPU)."""
-
-    def __init__(self, target: Path):
-        import torch
-        from transformers import AutoModelForCausalLM
-
-        self.torch = torch
-        self.model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
-        self.model.generation_config.eos_token_id = None  # every case sets its own stop
-        self.cache: dict = {}
-
-    def __call__(self, prompt, n: int) -> list[int]:
-        key = tuple(prompt)
-        have = self.cache.get(key)
-        if have is None or len(have) < n:
-            with self.torch.no_grad():
-                out = self.model.generate(self.torch.tensor([list(prompt)]), do_sample=False,
-                                          max_new_tokens=n, pad_token_id=0)
-            have = out[0, len(prompt):].tolist()
-            self.cache[key] = have
-        return have[:n]
 
 
 @pytest.fixture(scope="session")

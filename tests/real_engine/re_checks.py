@@ -1,6 +1,8 @@
-"""Comparisons shared by the real-engine tests."""
+"""Comparisons shared by the real-engine tests, and the reference they compare with."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 
 def first_diff(a, b):
@@ -15,8 +17,9 @@ def assert_tokens(label: str, got: list[list[int]], want: list[list[int]], promp
     for i, (g, w) in enumerate(zip(got, want)):
         if g != w:
             d = first_diff(g, w)
-            bad.append(f"  request {i} (prompt len {len(prompts[i])}): first difference at token {d}\n"
-                       f"    engine: {g}\n    {label}: {w}")
+            bad.append(
+                f"  request {i} (prompt len {len(prompts[i])}): first difference at token {d}\n    engine: {g}\n    {label}: {w}"
+            )
     assert len(got) == len(want), f"{len(got)} outputs for {len(want)} prompts"
     assert not bad, f"engine output != {label}:\n" + "\n".join(bad)
 
@@ -35,3 +38,26 @@ def assert_overlap(eng, on: bool = True) -> None:
     the DFlash family)."""
     got = eng.server_args.get("disable_overlap_schedule")
     assert got == str(not on), f"{eng.name}: disable_overlap_schedule={got!r}, expected {not on}"
+
+
+class HFGreedy:
+    """transformers' greedy ``generate()`` on the same target checkpoint (float32, CPU)."""
+
+    def __init__(self, target: Path):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        self.torch = torch
+        self.model = AutoModelForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+        self.model.generation_config.eos_token_id = None  # every case sets its own stop
+        self.cache: dict = {}
+
+    def __call__(self, prompt, n: int) -> list[int]:
+        key = tuple(prompt)
+        have = self.cache.get(key)
+        if have is None or len(have) < n:
+            with self.torch.no_grad():
+                out = self.model.generate(self.torch.tensor([list(prompt)]), do_sample=False, max_new_tokens=n, pad_token_id=0)
+            have = out[0, len(prompt) :].tolist()
+            self.cache[key] = have
+        return have[:n]

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from re_cases import greedy
-from re_checks import assert_overlap, assert_tokens
+from re_checks import HFGreedy, assert_overlap, assert_tokens
 
 PAIR = Path(__file__).resolve().parents[2] / "tools" / "real_pair" / "model"
 N_PROMPTS, N_NEW = 4, 32
@@ -29,22 +29,6 @@ MIN_TAU = 1.8
 def pair_prompts():
     prompts = json.loads((PAIR / "heldout_prompts.json").read_text())
     return [p["input_ids"] for p in prompts[:N_PROMPTS]]
-
-
-def _hf_greedy(prompts) -> list[list[int]]:
-    """transformers' greedy generate() on the same checkpoint, float32 (shares no code with SGLang)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(PAIR / "target", dtype=torch.float32).eval()
-    out = []
-    with torch.no_grad():
-        for p in prompts:
-            ids = model.generate(
-                torch.tensor([p]), do_sample=False, max_new_tokens=N_NEW, min_new_tokens=N_NEW, eos_token_id=None, pad_token_id=0
-            )
-            out.append(ids[0, len(p) :].tolist())
-    return out
 
 
 def _kwargs(budget: int) -> dict:
@@ -68,7 +52,8 @@ def _kwargs(budget: int) -> dict:
 
 
 def test_ddtree_on_the_trained_pair_equals_greedy_and_accepts_deep_paths(engines, pair_prompts):
-    want = _hf_greedy(pair_prompts)
+    hf = HFGreedy(PAIR / "target")
+    want = [hf(p, N_NEW) for p in pair_prompts]
     eng = engines.try_start("pair-ddtree64", _kwargs(64))
     try:
         assert_overlap(eng)
