@@ -105,41 +105,40 @@ def plot(rs: list[dict], png: Path, machine: str) -> None:
 def write_jsonl(res: dict, out_dir: Path, batch: int, dataset: str = "heldout") -> list[Path]:
     """The engine's outputs at one batch size as ``ddtree-deploy compare`` records, one file per temperature
     (methods named as the reference's benchmark.py names them: baseline, dflash, ddtree_tb{B})."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    files: dict[float, list[str]] = {}
+    from ddtree_deploy.measure import records
+
+    by_temp: dict[float, list] = {}
     for name, case in res.items():
         if "ok" not in case:
             continue
-        method = {"target-only": "baseline", "dflash": "dflash"}.get(name) or f"ddtree_tb{_budget(name)}"
+        budget = _budget(name)
+        method = {"target-only": records.METHOD_BASELINE, "dflash": records.METHOD_DFLASH}.get(name)
+        method = method or records.ddtree_method(budget)
         for r in case["ok"]["runs"]:
             if r["batch"] != batch:
                 continue
             tpot = (r["wall_s"] - r["prefill_s"]) / max(1, max(len(x) for x in r["output_ids"]) - 1)
-            for i, ids in enumerate(r["output_ids"]):
-                vc = (r.get("verify_ct") or [None] * len(r["output_ids"]))[i]
-                files.setdefault(r["temperature"], []).append(
-                    json.dumps(
-                        {
-                            "dataset": dataset,
-                            "method": method,
-                            "budget": _budget(name),
-                            "prompt_index": i,
-                            "output_ids": ids,
-                            "acceptance_lengths": None,
-                            "accept_length_mean": (len(ids) - 1) / vc if vc else None,
-                            "verify_ct": vc,
-                            "num_output_tokens": len(ids),
-                            "time_per_output_token": tpot,
-                            "latency_s": r["wall_s"],
-                            "meta_info": {},
-                        }
+            verify = r.get("verify_ct") or [None] * len(r["output_ids"])
+            for i, (ids, vc) in enumerate(zip(r["output_ids"], verify)):
+                by_temp.setdefault(r["temperature"], []).append(
+                    records.RunRecord(
+                        dataset=dataset,
+                        method=method,
+                        budget=budget,
+                        prompt_index=i,
+                        output_ids=ids,
+                        accept_length_mean=(len(ids) - 1) / vc if vc else None,
+                        verify_ct=vc,
+                        num_output_tokens=len(ids),
+                        time_per_output_token=tpot,
+                        latency_s=r["wall_s"],
                     )
                 )
     paths = []
-    for temp, lines in files.items():
-        p = out_dir / f"engine-b{batch}-temp{temp:g}.jsonl"
-        p.write_text("\n".join(lines) + "\n")
-        paths.append(p)
+    for temp, recs in by_temp.items():
+        path = out_dir / f"engine-b{batch}-temp{temp:g}.jsonl"
+        records.write_jsonl(path, recs)
+        paths.append(path)
     return paths
 
 
