@@ -42,3 +42,35 @@ def test_kv_rows_at_the_context_limit(engines, hf_greedy):
             assert_greedy([o], [p], n, hf_greedy, [pl])
     finally:
         engines.stop()
+
+
+def test_default_topk_cap_lowered_to_the_vocabulary(engines, re_models, hf_greedy):
+    """Budget 23 with no cap: the default cap min(23, 32) = 23 exceeds the 12-token vocabulary.
+    Before patch 0021 the engine started and its scheduler died at the first decode step
+    (``torch.topk``: selected index k out of range); now the cap is lowered to 12 at start-up,
+    and the engine decodes greedy's tokens."""
+    kw = cases.engine_kwargs("ddtree16", re_models)
+    kw.pop("speculative_ddtree_topk_cap")
+    kw["speculative_ddtree_budget"] = 23
+    n = 12
+    plain = engines.plain(cases.PROMPTS, n)
+    eng = engines.try_start("ddtree23-default-cap", kw)
+    try:
+        assert eng.server_args["speculative_eagle_topk"] == "12", eng.server_args
+        outs = eng.generate(cases.PROMPTS, cases.greedy(n))
+        assert_greedy(outs, cases.PROMPTS, n, hf_greedy, plain)
+    finally:
+        eng.stop()
+
+
+def test_topk_cap_above_the_vocabulary_refused(engines, re_models):
+    """A cap the user gave above the vocabulary is refused at start-up with the number to give."""
+    kw = cases.engine_kwargs("ddtree16", re_models)
+    kw["speculative_ddtree_budget"] = 23
+    kw["speculative_ddtree_topk_cap"] = 23
+    with pytest.raises(StartupRefused) as ei:
+        eng = engines.try_start("ddtree23-cap23", kw)
+        eng.stop()
+    msg = str(ei.value)
+    assert "--speculative-ddtree-topk-cap (23) exceeds the target vocabulary (12 tokens)" in msg, msg
+    assert "give a cap <= 12" in msg, msg
