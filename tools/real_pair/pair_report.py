@@ -119,7 +119,9 @@ def write_jsonl(res: dict, out_dir: Path, batch: int, dataset: str = "heldout") 
                 continue
             tpot = (r["wall_s"] - r["prefill_s"]) / max(1, max(len(x) for x in r["output_ids"]) - 1)
             verify = r.get("verify_ct") or [None] * len(r["output_ids"])
-            for i, (ids, vc) in enumerate(zip(r["output_ids"], verify)):
+            # Runs before verify_ct was recorded carry SGLang's per-request spec_accept_length.
+            accept = r.get("accept_len") or [None] * len(r["output_ids"])
+            for i, (ids, vc, acc) in enumerate(zip(r["output_ids"], verify, accept)):
                 by_temp.setdefault(r["temperature"], []).append(
                     records.RunRecord(
                         dataset=dataset,
@@ -127,7 +129,7 @@ def write_jsonl(res: dict, out_dir: Path, batch: int, dataset: str = "heldout") 
                         budget=budget,
                         prompt_index=i,
                         output_ids=ids,
-                        accept_length_mean=(len(ids) - 1) / vc if vc else None,
+                        accept_length_mean=(len(ids) - 1) / vc if vc else acc,
                         verify_ct=vc,
                         num_output_tokens=len(ids),
                         time_per_output_token=tpot,
