@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo-venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle mutation clean
+.PHONY: help venv demo-venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle mutation soak clean
 
 help:
 	@echo "make demo    side-by-side rollout, then push -> status -> smoke -> rollback, on a throwaway loopback host"
@@ -21,6 +21,7 @@ help:
 	@echo "make lint    ruff (lint + format check) and mypy --strict on the core packages"
 	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
 	@echo "make mutation  mutation testing of the patch engine + the agent's restore path (slow, bounded)"
+	@echo "make soak    soak the real SGLang engine on this CPU with DDTREE (SOAK_REQUESTS, default 200; out/soak)"
 
 venv: $(STAMP)
 
@@ -87,6 +88,12 @@ bench-gpu-bundle: venv snapshot
 # engine and the agent's restore path. Slow: bounded by MUTATION_MINUTES; what did not run by then is
 # reported as not run. The mutations go into a copy under .work/mutation/; report: .work/mutation/report.md.
 MUTATION_MINUTES ?= 60
+# A DDTREE server under load and faults (tools/soak/soak.py): concurrent requests, aborts, a KV pool
+# that forces retraction, prompts at and past the context; every greedy answer against target-only.
+SOAK_REQUESTS ?= 200
+soak: venv snapshot
+	$(PY) tools/soak/soak.py --cpu --requests $(SOAK_REQUESTS) --out out/soak
+
 mutation: venv sshd snapshot
 	$(PY) -m pip install -q 'cosmic-ray==8.7.0'
 	$(PY) tests/foundation/mutation/run.py --minutes $(MUTATION_MINUTES)
