@@ -113,11 +113,13 @@ class EngineProc:
                               + self.log_tail(30))
         return res
 
-    def generate(self, prompts, params) -> list[dict]:
+    def generate(self, prompts, params, **kwargs) -> list[dict]:
+        """``kwargs``: ``Engine.generate``'s other arguments (return_logprob, top_logprobs_num,
+        custom_logit_processor = a class name of SGLang's custom_logit_processor module)."""
         if isinstance(params, dict):
             params = [dict(params) for _ in prompts]
         return self.call({"op": "generate", "input_ids": [list(p) for p in prompts],
-                          "sampling_params": params})["outputs"]
+                          "sampling_params": params, "kwargs": kwargs})["outputs"]
 
     def script(self, requests: list[dict]) -> list[dict]:
         return self.call({"op": "script", "requests": requests})["outputs"]

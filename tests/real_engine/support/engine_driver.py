@@ -5,7 +5,8 @@ CMD_FD, starts the engine (device cpu, the patched SGLang on PYTHONPATH), answer
 ...}`` or ``{"startup_error": ...}`` on RES_FD, then serves one JSON command per line until
 ``{"op": "shutdown"}`` or EOF (the test process died): the engine is always shut down.
 Commands:
-  {"op": "generate", "input_ids": [[...]], "sampling_params": [{...}]}  -> {"outputs": [...]}
+  {"op": "generate", "input_ids": [[...]], "sampling_params": [{...}], "kwargs": {...}}
+     -> {"outputs": [...]} (kwargs: generate()'s other arguments, e.g. return_logprob)
   {"op": "script", "requests": [{"input_ids", "sampling_params", "start_after": [j, n] | null,
      "abort_after": n | null}]} -> {"outputs": [...]}: requests run concurrently (streaming);
      one with start_after waits until request j has streamed >= n tokens; one with abort_after
@@ -64,6 +65,19 @@ async def _script(engine, reqs):
     return results
 
 
+def _generate_kwargs(kw: dict) -> dict:
+    """``generate`` keyword arguments from a command; ``custom_logit_processor`` names one of
+    SGLang's own processor classes (``srt/sampling/custom_logit_processor.py``), serialized here,
+    where SGLang is importable."""
+    kw = dict(kw)
+    name = kw.get("custom_logit_processor")
+    if name is not None:
+        from sglang.srt.sampling import custom_logit_processor as clp
+
+        kw["custom_logit_processor"] = getattr(clp, name).to_str()
+    return kw
+
+
 _REPORTED = ("device", "dtype", "attention_backend", "chunked_prefill_size", "context_length",
              "max_running_requests", "page_size", "disable_cuda_graph", "speculative_algorithm",
              "speculative_ddtree_budget", "speculative_ddtree_topk_cap", "speculative_num_draft_tokens",
@@ -103,7 +117,8 @@ def main() -> int:
                 if op == "shutdown":
                     break
                 if op == "generate":
-                    outs = engine.generate(input_ids=req["input_ids"], sampling_params=req["sampling_params"])
+                    outs = engine.generate(input_ids=req["input_ids"], sampling_params=req["sampling_params"],
+                                           **_generate_kwargs(req.get("kwargs") or {}))
                     reply({"outputs": [_out(o) for o in outs]})
                 elif op == "script":
                     reply({"outputs": engine.loop.run_until_complete(_script(engine, req["requests"]))})
