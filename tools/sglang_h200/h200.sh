@@ -1,7 +1,8 @@
 #!/bin/bash
 # The H200 harness's entry on the device machine. Usage (from the repo root there):
-#   bash .carry-12/harness/h200.sh .carry-12 PART...   PART: checks | equal | time | time:<case> ...
+#   bash .carry-12/harness/h200.sh .carry-12 PART...   PART: checks | equal | time | time:<case> | soak ...
 # pair / pair:<case>,...: the trained pair in $H200_PAIR (tools/real_pair; run_engine.py --part pair).
+# soak: tools/soak/soak.py on that pair, graphs on (SOAK_REQUESTS, default 5000; summary + logs to $OUT).
 # H200_ENGINE_ARGS (e.g. "--profile ddtree-B16-graphs") is passed to run_engine.py in the time:/equal: parts.
 # Installs the carried wheels into /tmp/site, unpacks the patched sglang into /tmp/sgl, puts the
 # stand-ins first on PYTHONPATH, runs the parts, and leaves logs / JSON / the JIT cache under $OUT.
@@ -33,6 +34,11 @@ for part in "$@"; do
     equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
     pair|pair:*) c=${part#pair}; c=${c#:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part pair --pair "${H200_PAIR:?H200_PAIR=<pair dir>}" --max-new-tokens ${PAIR_NEW_TOKENS:-128} ${c:+--only ${c//,/ }} --out "$OUT/pair$T${c:+-${c//,/_}}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/pair$T.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    soak) timeout -k 5 $left python3 tools/soak/soak.py --model "${H200_PAIR:?H200_PAIR=<pair dir>}/target" --draft "$H200_PAIR/draft" \
+            --device cuda --dtype float32 --cuda-graphs --requests ${SOAK_REQUESTS:-5000} --clients 64 --max-running-requests 64 \
+            --context-length 512 --max-new-tokens 64 --max-total-tokens ${SOAK_POOL:-4096} --budget ${SOAK_BUDGET:-16} \
+            --time-limit-s $((left - 220)) --engine-arg sampling_backend=pytorch --out /tmp/soak 2>&1 | tail -30 || rc=1
+          cp /tmp/soak/summary.json "$OUT/soak-summary.json"; tar -czf "$OUT/soak.tar.gz" -C /tmp soak ;;
     time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p$T-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} ${H200_ENGINE_ARGS:-} 2>&1 | tee "$OUT/$p$T-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
   esac
 done
