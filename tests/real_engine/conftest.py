@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import re_cases as cases  # tests/real_engine is on pytest's pythonpath (pyproject.toml)
 from re_checks import HFGreedy
-from re_engine_proc import EngineProc, StartupRefused  # noqa: F401
+from re_engine_proc import EngineProc, StartupRefused
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
@@ -87,6 +87,16 @@ class EnginePool:
         """Start a one-off config (e.g. one that must be refused)."""
         self.stop()
         return EngineProc(name, kwargs, self.site, self.log_dir)
+
+    def refusal(self, name: str, kwargs: dict) -> str:
+        """Start a config that must be refused at start-up; its refusal message. The test fails
+        when the engine starts instead."""
+        try:
+            eng = self.try_start(name, kwargs)
+        except StartupRefused as e:
+            return str(e)
+        eng.stop()
+        pytest.fail(f"engine {name} started; it must be refused at start-up")
 
     def pristine(self, name: str) -> EngineProc:
         """The named config on the UNPATCHED pinned wheel (the verified snapshot's ``sglang/``)."""

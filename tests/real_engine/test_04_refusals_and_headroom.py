@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import pytest
-
 import re_cases as cases
 from re_checks import assert_greedy, assert_overlap
-from re_engine_proc import StartupRefused
 
 
 def test_hybrid_target_refused(engines, re_models):
@@ -16,10 +13,7 @@ def test_hybrid_target_refused(engines, re_models):
     # extra_buffer strategy first); no_buffer lets resolution reach the DDTREE hook.
     kw["mamba_radix_cache_strategy"] = "no_buffer"
     kw["disable_overlap_schedule"] = True  # what no_buffer requires (its own assertion)
-    with pytest.raises(StartupRefused) as ei:
-        eng = engines.try_start("hybrid", kw)
-        eng.stop()
-    msg = str(ei.value)
+    msg = engines.refusal("hybrid", kw)
     assert "DDTREE: the target model is hybrid (Mamba/linear attention)" in msg, msg
     assert "--speculative-ddtree-allow-hybrid-unsafe" in msg, msg
 
@@ -68,9 +62,6 @@ def test_topk_cap_above_the_vocabulary_refused(engines, re_models):
     kw = cases.engine_kwargs("ddtree16", re_models)
     kw["speculative_ddtree_budget"] = 23
     kw["speculative_ddtree_topk_cap"] = 23
-    with pytest.raises(StartupRefused) as ei:
-        eng = engines.try_start("ddtree23-cap23", kw)
-        eng.stop()
-    msg = str(ei.value)
+    msg = engines.refusal("ddtree23-cap23", kw)
     assert "--speculative-ddtree-topk-cap (23) exceeds the target vocabulary (12 tokens)" in msg, msg
     assert "give a cap <= 12" in msg, msg

@@ -17,7 +17,7 @@ from __future__ import annotations
 import pytest
 
 import re_cases as cases
-from re_engine_proc import EngineError, StartupRefused
+from re_engine_proc import EngineError
 
 N = 16
 P = cases.PROMPTS
@@ -109,9 +109,7 @@ def test_custom_logit_processor_request_refused(answers):
 def test_custom_logit_processor_launch_refused(engines, re_models):
     kw = cases.engine_kwargs("features", re_models)
     kw["enable_custom_logit_processor"] = True
-    with pytest.raises(StartupRefused) as ei:
-        engines.try_start("ddtree-custom-logits", kw).stop()
-    msg = str(ei.value)
+    msg = engines.refusal("ddtree-custom-logits", kw)
     assert "DDTREE: does not support --enable-custom-logit-processor" in msg, msg
     assert "the tree verify does not run custom logit processors" in msg, msg
 
@@ -119,7 +117,5 @@ def test_custom_logit_processor_launch_refused(engines, re_models):
 def test_lora_launch_refused(engines, re_models):
     kw = cases.engine_kwargs("features", re_models)
     kw.update(enable_lora=True, max_lora_rank=8, lora_target_modules=["q_proj"])
-    with pytest.raises(StartupRefused) as ei:
-        engines.try_start("ddtree-lora", kw).stop()
-    msg = str(ei.value)
+    msg = engines.refusal("ddtree-lora", kw)
     assert "LoRA is only compatible with" in msg and "not DDTREE" in msg, msg
