@@ -28,6 +28,7 @@ def rows(res: dict) -> list[dict]:
                     "method": name,
                     "batch": r["batch"],
                     "T": r["temperature"],
+                    "mix": bool(r.get("mixed")),  # run_engine --mixed: T = 1, top-k/top-p/min-p in one batch
                     "tau": r.get("tau"),
                     "tok_s": r["decode_tok_s"],
                     "ms_step": r["ms_per_step"],
@@ -43,11 +44,12 @@ def _budget(method: str) -> int | None:
 
 
 def table(rs: list[dict]) -> str:
-    by = {(r["method"], r.get("batch"), r.get("T")): r for r in rs if "error" not in r}
+    by = {(r["method"], r.get("batch"), (r.get("T"), r.get("mix"))): r for r in rs if "error" not in r}
     lines = []
-    for temp in sorted({r["T"] for r in rs if "T" in r}):
+    for temp in sorted({(r["T"], r["mix"]) for r in rs if "T" in r}):
+        title = f"T = {temp[0]:g}" + (", one batch mixing top-k 20 / top-p 0.9 / min-p 0.05 / plain" if temp[1] else "")
         lines += [
-            f"\n### T = {temp:g}\n",
+            f"\n### {title}\n",
             "| method | batch | tau (tokens/step) | decode tok/s | ms/step | x target-only | x DFLASH | T=0 equal |",
             "|---|---:|---:|---:|---:|---:|---:|---|",
         ]
@@ -73,7 +75,7 @@ def plot(rs: list[dict], png: Path, machine: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    by = {(r["method"], r["batch"], r["T"]): r for r in rs if "error" not in r}
+    by = {(r["method"], r["batch"], r["T"]): r for r in rs if "error" not in r and not r["mix"]}
     temps = sorted({k[2] for k in by})
     fig, axes = plt.subplots(2, len(temps), figsize=(5.5 * len(temps), 8), squeeze=False)
     for j, temp in enumerate(temps):
@@ -115,7 +117,7 @@ def write_jsonl(res: dict, out_dir: Path, batch: int, dataset: str = "heldout") 
         method = {"target-only": records.METHOD_BASELINE, "dflash": records.METHOD_DFLASH}.get(name)
         method = method or records.ddtree_method(budget)
         for r in case["ok"]["runs"]:
-            if r["batch"] != batch:
+            if r["batch"] != batch or r.get("mixed"):
                 continue
             tpot = (r["wall_s"] - r["prefill_s"]) / max(1, max(len(x) for x in r["output_ids"]) - 1)
             verify = r.get("verify_ct") or [None] * len(r["output_ids"])

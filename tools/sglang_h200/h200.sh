@@ -2,6 +2,9 @@
 # The H200 harness's entry on the device machine. Usage (from the repo root there):
 #   bash .carry-12/harness/h200.sh .carry-12 PART...   PART: checks | equal | time | time:<case> | soak ...
 # pair / pair:<case>,...: the trained pair in $H200_PAIR (tools/real_pair; run_engine.py --part pair).
+# fi-prebuild: JIT-compile FlashInfer's attention/sampling modules (needs flashinfer.tar.xz in the carry);
+#   then H200_ATTENTION_BACKEND=flashinfer (and H200_SAMPLING_BACKEND=flashinfer, PAIR_DTYPE=bfloat16,
+#   PAIR_MIXED=1) run the pair / time parts on it.
 # soak: tools/soak/soak.py on that pair, graphs on (SOAK_REQUESTS, default 5000; summary + logs to $OUT).
 # H200_ENGINE_ARGS (e.g. "--profile ddtree-B16-graphs") is passed to run_engine.py in the time:/equal: parts.
 # Installs the carried wheels into /tmp/site, unpacks the patched sglang into /tmp/sgl, puts the
@@ -11,6 +14,13 @@ B=$(cd "$1" && pwd); shift
 OUT=${OUT:-/tmp/h200-out}; mkdir -p "$OUT"
 # (once per machine: a second h200.sh in the same call, e.g. before/after runs, reuses /tmp/site and /tmp/jit)
 [ -f /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >/tmp/pip.log 2>&1 && touch /tmp/site/.installed; } || { tail -20 /tmp/pip.log; exit 3; }
+# FlashInfer (issue 22; tools/sglang_h200/flashinfer_bundle.py --carry): unpacked into /tmp/site; its JIT
+# builds go to /tmp/fi-ws (kept while the machine stays warm); H200_FLASHINFER=1 makes the two stand-ins
+# that exist only for its absence step aside (standin/sitecustomize.py, sgl_kernel renorms).
+if [ -f "$B/flashinfer.tar.xz" ]; then
+  [ -f /tmp/site/.flashinfer ] || { tar -xJf "$B/flashinfer.tar.xz" -C /tmp/site && touch /tmp/site/.flashinfer; } || exit 3
+  export H200_FLASHINFER=1 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws FLASHINFER_JIT_PREBUILD_MAX_JOBS=16 MAX_JOBS=16
+fi
 rm -rf /tmp/sgl; mkdir -p /tmp/sgl && tar -xJf "$B/sglang.tar.xz" -C /tmp/sgl || exit 3
 # H200_OVERLAY=<tar.xz> (e.g. the bundle's before.tar.xz): patched files unpacked over the tree;
 # H200_TAG names this run's output files (time-before-<cases>.json ...).
@@ -20,6 +30,10 @@ export SGLANG_JIT_CACHE_DIR=/tmp/jit; mkdir -p /tmp/jit
 [ -f "$B/jit-cache.tar.gz" ] && [ ! -f /tmp/jit/.unpacked ] && tar -xzf "$B/jit-cache.tar.gz" -C /tmp/jit && touch /tmp/jit/.unpacked
 export PYTHONPATH="$B/harness/standin:/tmp/sgl:/tmp/site:$B/harness"
 export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_STANDIN_LOG=/tmp/standin.log
+# float32 runs compare tokens exactly: Triton's tl.dot on fp32 inputs defaults to TF32 (SGLang's triton
+# attention kernels pass no input_precision), which on the H100 soak flipped 8 of 1,512 greedy answers at
+# top-2 gaps of 1.5e-3..5.8e-3 (target-only vs DDTREE, either way). ieee keeps fp32 exact enough to compare.
+export TRITON_F32_DEFAULT=${TRITON_F32_DEFAULT:-ieee}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch,triton;print("torch",torch.__version__,"triton",triton.__version__,torch.cuda.get_device_name())'
@@ -31,9 +45,10 @@ for part in "$@"; do
   case "$part" in
     checks) timeout -k 5 $left python3 "$B/harness/check_ops.py" --device cuda 2>&1 | tee "$OUT/checks.log" | grep -v " ok " ;
             timeout -k 5 $left python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
+    fi-prebuild) timeout -k 5 $left python3 tools/sglang_h200/flashinfer_bundle.py --prebuild --head-dim ${FI_HEAD_DIMS:-64 128} 2>&1 | tail -15 || rc=1 ;;
     equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
-    pair|pair:*) c=${part#pair}; c=${c#:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part pair --pair "${H200_PAIR:?H200_PAIR=<pair dir>}" --max-new-tokens ${PAIR_NEW_TOKENS:-128} ${c:+--only ${c//,/ }} --out "$OUT/pair$T${c:+-${c//,/_}}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/pair$T.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
+    pair|pair:*) c=${part#pair}; c=${c#:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part pair --pair "${H200_PAIR:?H200_PAIR=<pair dir>}" --max-new-tokens ${PAIR_NEW_TOKENS:-128} --pair-dtype ${PAIR_DTYPE:-float32} ${c:+--only ${c//,/ }} --out "$OUT/pair$T${c:+-${c//,/_}}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/pair$T.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     soak) timeout -k 5 $left python3 tools/soak/soak.py --model "${H200_PAIR:?H200_PAIR=<pair dir>}/target" --draft "$H200_PAIR/draft" \
             --device cuda --dtype float32 --cuda-graphs --requests ${SOAK_REQUESTS:-5000} --clients 64 --max-running-requests 64 \
             --context-length 512 --max-new-tokens 64 --max-total-tokens ${SOAK_POOL:-4096} --budget ${SOAK_BUDGET:-16} \

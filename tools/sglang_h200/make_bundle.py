@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import shutil
 import subprocess
 import sys
@@ -45,8 +46,11 @@ def download_wheels(cache: Path) -> list[Path]:
            "--python-version", "3.12", "--implementation", "cp", "-d", str(cache)]
     for p in PLATFORMS:
         cmd += ["--platform", p]
-    subprocess.run(cmd + wheel_specs(), check=True, timeout=1800)
-    return sorted(cache.glob("*.whl"))
+    specs = wheel_specs()
+    subprocess.run(cmd + specs, check=True, timeout=1800)
+    # only the wheels wheels.txt names now: the cache may hold ones an earlier wheels.txt named
+    wanted = {re.split(r"[=<>!~ ]", s, maxsplit=1)[0].lower().replace("-", "_") for s in specs}
+    return sorted(w for w in cache.glob("*.whl") if w.name.split("-")[0].lower() in wanted)
 
 
 def _filter(info: tarfile.TarInfo):

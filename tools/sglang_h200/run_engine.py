@@ -127,14 +127,16 @@ def make_8b_configs(root: Path) -> tuple[Path, Path]:
 
 
 DDTREE_GRAPH_ARGS: list[str] = []  # --ddtree-graph-args: extra flags for the DDTREE graphs-on cases
+# --attention-backend / --sampling-backend: triton + pytorch unless FlashInfer is carried (issue 22)
+BACKENDS = {"attention": "triton", "sampling": "pytorch"}
 
 
 def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype: str,
                 budget: int | None, extra: list[str]) -> list[str]:
     argv = ["--model-path", str(target), "--device", "cuda", "--dtype", dtype,
-            "--attention-backend", "triton", "--trust-remote-code", "--random-seed", "0",
+            "--attention-backend", BACKENDS["attention"], "--trust-remote-code", "--random-seed", "0",
             "--mem-fraction-static", "0.75", "--log-level", "warning",
-            "--sampling-backend", "pytorch"]  # flashinfer is not on the machine; greedy is argmax either way
+            "--sampling-backend", BACKENDS["sampling"]]
     if not graphs:
         # Both spellings: the legacy boolean alone does not turn the decode graph off once
         # cuda_graph_config is resolved (issue 9); the per-phase backends do.
@@ -142,7 +144,7 @@ def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype
                  "--cuda-graph-backend-prefill", "disabled"]
     if algo != "plain":
         argv += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(draft),
-                 "--speculative-draft-attention-backend", "triton"]
+                 "--speculative-draft-attention-backend", BACKENDS["attention"]]
     if algo == "DDTREE":
         argv += ["--speculative-ddtree-budget", str(budget)]
         if graphs:
@@ -165,6 +167,10 @@ def _count(xs) -> dict:
     return out
 
 
+# the "mixed" pass (--mixed): request i of a batch gets MIXED[i % 4] on top of T = 1
+MIXED = [{"top_k": 20}, {"top_p": 0.9}, {"min_p": 0.05}, {}]
+
+
 def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
     os.setpgid(0, 0)  # the engine's scheduler/detokenizer join this group: the parent ends them all
     os.environ.update(env or {})
@@ -179,14 +185,17 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
         sp0 = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
         engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp0, max_new_tokens=4))  # warm
         for temp, prompts in [(t, p) for t in temps for p in prompts_by_batch]:
-            sp = dict(sp0, temperature=temp)
+            mixed = temp == "mixed"  # T = 1, one batch mixing top-k / top-p / min-p / plain requests
+            sp = [dict(sp0, temperature=1.0, **MIXED[i % len(MIXED)]) for i in range(len(prompts))] if mixed \
+                else dict(sp0, temperature=temp)
             # One unmeasured full generation first: the first use of a batch shape compiles Triton
             # kernels (seen on the H200: a prefill-only reference that took longer than the full
             # generation after it). Then the prefill-only reference (1 new token) and the measured
             # full generation: the difference is decode.
             engine.generate(input_ids=prompts, sampling_params=sp)
             t1 = time.perf_counter()
-            engine.generate(input_ids=prompts, sampling_params=dict(sp, max_new_tokens=1))
+            engine.generate(input_ids=prompts, sampling_params=[dict(x, max_new_tokens=1) for x in sp] if mixed
+                            else dict(sp, max_new_tokens=1))
             prefill_s = time.perf_counter() - t1
             before = _read_probe(probe) if probe else None
             t1 = time.perf_counter()
@@ -198,7 +207,8 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
             verify = [int(m.get("spec_verify_ct") or 0) for m in metas]
             steps = max(verify) or (max_new_tokens - 1)
             res["runs"].append({
-                "batch": len(prompts), "temperature": temp, "wall_s": wall_s, "prefill_s": prefill_s,
+                "batch": len(prompts), "temperature": 1.0 if mixed else temp, "mixed": mixed,
+                "wall_s": wall_s, "prefill_s": prefill_s,
                 "decode_steps": steps,
                 "ms_per_step": 1000.0 * max(wall_s - prefill_s, 0.0) / max(steps, 1),
                 "tokens": sum(len(x) for x in ids), "output_ids": ids,
@@ -361,7 +371,8 @@ def part_pair(root: Path, args) -> dict:
             continue
         argv = server_argv(pair / "target", pair / "draft", algo, True, args.pair_dtype, budget, extra)
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
-        r = out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, temps=(0.0, 1.0))
+        temps = (0.0, 1.0, "mixed") if args.mixed else (0.0, 1.0)
+        r = out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout, temps=temps)
         if name == "target-only" and "error" in r:
             break
     ref = out.get("target-only", {}).get("ok")
@@ -385,9 +396,15 @@ def main(argv=None) -> int:
     ap.add_argument("--pair", type=Path, help="--part pair: the trained pair (target/, draft/, heldout_prompts.json)")
     ap.add_argument("--pair-dtype", default="float32",
                     help="--part pair: engine dtype (float32: T = 0 equality is not blurred by bf16 near-ties)")
+    ap.add_argument("--mixed", action="store_true", default=os.environ.get("PAIR_MIXED") == "1",
+                    help="--part pair: also a T = 1 pass whose batch mixes top-k / top-p / min-p requests")
     ap.add_argument("--ddtree-graph-args", default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
                     help="extra engine flags for the ddtree-B*-graphs cases (graphs are DDTREE's default with "
                          "triton since patch 0014; e.g. --speculative-ddtree-cuda-graph to say so explicitly)")
+    ap.add_argument("--attention-backend", default=os.environ.get("H200_ATTENTION_BACKEND", "triton"),
+                    choices=["triton", "flashinfer"], help="target and drafter (flashinfer: h200.sh with FlashInfer carried)")
+    ap.add_argument("--sampling-backend", default=os.environ.get("H200_SAMPLING_BACKEND", "pytorch"),
+                    choices=["pytorch", "flashinfer"], help="SGLang's sampler at T > 0 (greedy is argmax either way)")
     ap.add_argument("--profile", nargs="*", default=[],
                     help="cases (time part) that also record a torch profiler trace of 8 decode steps")
     ap.add_argument("--profile-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prof")
@@ -395,6 +412,7 @@ def main(argv=None) -> int:
     import shlex
 
     DDTREE_GRAPH_ARGS[:] = shlex.split(args.ddtree_graph_args)
+    BACKENDS.update(attention=args.attention_backend, sampling=args.sampling_backend)
     args.work.mkdir(parents=True, exist_ok=True)
     global SINK
     SINK = args.out

@@ -95,7 +95,24 @@ def gelu_tanh_and_mul(input, out=None, enable_pdl=None):
 #     with top-k / top-p set. Greedy (the harness's runs) never calls them.
 
 
+def _flashinfer_sampling():
+    """FlashInfer's sampling module when the carry holds it (H200_FLASHINFER=1), else None."""
+    import os
+
+    if os.environ.get("H200_FLASHINFER") != "1":
+        return None
+    import flashinfer.sampling
+
+    return flashinfer.sampling
+
+
 def top_k_renorm_prob(probs, top_k, *args, **kwargs):
+    # With FlashInfer carried: the kernel sgl-kernel's top_k_renorm_prob wraps (FlashInfer's
+    # top_k_renorm_probs, csrc/renorm.cu), so T > 0 runs through the real renorm.
+    fi = _flashinfer_sampling()
+    if fi is not None:
+        _mark("top_k_renorm_prob->flashinfer")
+        return fi.top_k_renorm_probs(probs, top_k)
     _mark("top_k_renorm_prob")
     p = probs.float()
     k = top_k if torch.is_tensor(top_k) else torch.full((p.shape[0],), int(top_k), device=p.device)
@@ -107,6 +124,10 @@ def top_k_renorm_prob(probs, top_k, *args, **kwargs):
 
 
 def top_p_renorm_prob(probs, top_p, *args, **kwargs):
+    fi = _flashinfer_sampling()
+    if fi is not None:
+        _mark("top_p_renorm_prob->flashinfer")
+        return fi.top_p_renorm_probs(probs, top_p)
     _mark("top_p_renorm_prob")
     p = probs.float()
     tp = top_p if torch.is_tensor(top_p) else torch.full((p.shape[0],), float(top_p), device=p.device)
