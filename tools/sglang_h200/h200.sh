@@ -52,7 +52,7 @@ for part in "$@"; do
     soak) timeout -k 5 $left python3 tools/soak/soak.py --model "${H200_PAIR:?H200_PAIR=<pair dir>}/target" --draft "$H200_PAIR/draft" \
             --device cuda --dtype float32 --cuda-graphs --requests ${SOAK_REQUESTS:-5000} --clients 64 --max-running-requests 64 \
             --context-length 512 --max-new-tokens 64 --max-total-tokens ${SOAK_POOL:-4096} --budget ${SOAK_BUDGET:-16} \
-            --time-limit-s $((left - 220)) --engine-arg sampling_backend=pytorch --out /tmp/soak 2>&1 | tail -30 || rc=1
+            --time-limit-s $((left - 220)) --reference-eager --engine-arg sampling_backend=pytorch --out /tmp/soak 2>&1 | tail -30 || rc=1
           cp /tmp/soak/summary.json "$OUT/soak-summary.json"; tar -czf "$OUT/soak.tar.gz" -C /tmp soak ;;
     time:*|equal:*) p=${part%%:*}; c=${part#*:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part $p --only ${c//,/ } --out "$OUT/$p$T-${c//,/_}.json" --case-timeout ${CASE_TIMEOUT:-200} ${H200_ENGINE_ARGS:-} 2>&1 | tee "$OUT/$p$T-${c//,/_}.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
   esac

@@ -136,6 +136,9 @@ def parse_args(argv):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--cuda-graphs", action="store_true", help="leave CUDA graphs on (GPU)")
+    ap.add_argument("--reference-eager", action="store_true",
+                    help="run the target-only reference without CUDA graphs (starts in seconds instead of "
+                         "minutes of capture; greedy tokens are the same kernels' output)")
     ap.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
                     help="extra sglang.Engine kwarg for both engines (repeatable)")
     ap.add_argument("--time-limit-s", type=float, default=900, help="the load phase's limit")
@@ -187,8 +190,11 @@ def main(argv=None) -> int:
     ref_log = ""
     if greedy:
         sys.stderr.write(f"soak: target-only reference for {len(greedy)} greedy requests\n")
-        ref, ref_log = run_engine({"mode": "reference", "engine": engine_kwargs(args, ddtree=False),
-                                   "requests": greedy}, out, "reference-plain", env, limit)
+        ref_kw = engine_kwargs(args, ddtree=False)
+        if args.reference_eager:  # the legacy boolean alone leaves the decode graph on (issue 9)
+            ref_kw.update(disable_cuda_graph=True, cuda_graph_backend_decode="disabled",
+                          cuda_graph_backend_prefill="disabled")
+        ref, ref_log = run_engine({"mode": "reference", "engine": ref_kw, "requests": greedy}, out, "reference-plain", env, limit)
         if ref.get("ok"):
             reference = {r["index"]: o["output_ids"] for r, o in zip(greedy, ref["outputs"])
                          if o.get("output_ids") is not None}

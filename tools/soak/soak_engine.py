@@ -2,7 +2,7 @@
 
 Runs with ``sglang`` importable (the patched site on ``PYTHONPATH``; on the CPU also the
 real-engine suite's launch shims). ``python soak_engine.py JOB.json OUT.json``; JOB holds
-``mode`` ("soak" or "reference"), ``engine`` (``sglang.Engine`` kwargs) and:
+``mode`` ("soak", "reference" or "margins"), ``engine`` (``sglang.Engine`` kwargs) and:
 
 - soak: ``requests`` (soak_workload.SoakRequest dicts), ``clients``, ``time_limit_s``,
   ``request_timeout_s``. Client loops take requests from one queue and send them with
@@ -13,6 +13,8 @@ real-engine suite's launch shims). ``python soak_engine.py JOB.json OUT.json``; 
   KV tokens in use) before and after ``flush_cache``; and, every ``rss_every_s`` throughout, the
   resident memory of the engine's processes (this one, scheduler, detokenizer).
 - reference: ``requests`` (input_ids + sampling_params): one batched ``generate``; the outputs.
+- margins: the same, with each output position's two most likely tokens and their logprobs
+  (``top2``: ``[[token, logprob], [token, logprob]]`` per position), for ``soak_triage.py``.
 
 OUT gets ``{"ok": true, ...}`` or ``{"ok": false, "error", "traceback"}``; the engine is always
 shut down. SGLang's own log goes to this process's stderr (``soak.py`` keeps it in a file and
@@ -149,6 +151,14 @@ def run(job: dict) -> dict:
     engine = sglang.Engine(**job["engine"])
     started_s = time.monotonic() - t0
     try:
+        if job["mode"] == "margins":  # soak_triage.py: greedy again, with each position's top-2 logprobs
+            outs = engine.generate(input_ids=[r["input_ids"] for r in job["requests"]],
+                                   sampling_params=[r["sampling_params"] for r in job["requests"]],
+                                   return_logprob=True, top_logprobs_num=2)
+            return {"ok": True, "start_s": started_s, "outputs": [
+                dict(_final(o), top2=[[[t[1], t[0]] for t in (pos or [])[:2]]
+                                      for pos in o["meta_info"].get("output_top_logprobs") or []])
+                for o in outs]}
         if job["mode"] == "reference":
             reqs = job["requests"]
             try:
