@@ -9,7 +9,8 @@ token ids, and regex-constrained decoding (xgrammar) give what target-only gives
 Refused instead: custom logit processors (DDTREE's tree verify does not run them, patch 0023:
 the launch flag is refused, so SGLang refuses every request that carries one) and LoRA adapters
 (SGLang's own LoRA x speculative check does not list DDTREE). JSON-schema decoding is the same
-grammar path as regex (a vocabulary mask per verify row) and is not run on the 12-word toy vocab.
+grammar path as regex (a vocabulary mask per verify row); it needs a vocabulary that can spell JSON, so
+it runs on the trained pair (test_07_trained_pair.py).
 """
 
 from __future__ import annotations

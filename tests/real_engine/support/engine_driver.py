@@ -26,7 +26,7 @@ import traceback
 def _out(o):
     mi = dict(o.get("meta_info") or {})
     fr = mi.get("finish_reason")
-    return {"output_ids": list(o.get("output_ids") or []), "meta_info": mi,
+    return {"output_ids": list(o.get("output_ids") or []), "meta_info": mi, "text": o.get("text"),
             "finish_reason": fr if isinstance(fr, (dict, str, type(None))) else str(fr)}
 
 
