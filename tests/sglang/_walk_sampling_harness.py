@@ -19,17 +19,27 @@ token are compared against an exact target distribution computed here in float64
 principles (softmax(logits / T), top-k, top-p on the sorted mass, min-p relative to the top
 probability, renormalize), by Pearson chi-square, and tokens of zero target probability must
 never be drawn.
+
+``--device cuda`` (the GPU harness's ``walk-dist`` part, issue 22): the same draws on a GPU with
+nothing stood in: the walk's kernel branch calls FlashInfer's real ``top_k_renorm_probs`` /
+``top_p_renorm_probs`` (``renorm.py`` binds them on CUDA) and SGLang's torch sampler runs on CUDA too.
+FlashInfer renormalizes between its top-k and top-p filters, so request 2 (both) is checked there
+against that sequential target (``exact(..., sequential=True)``). Prints one line per row and exits 1
+when any row draws a zero-probability token or exceeds ``CHI2_LIMIT``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import sys
 
 import torch
 
 V = 16
 N = 20000
+# Pearson chi-square, df <= 15: P(chi2 > 50) < 1e-5 under the null; seeds are fixed.
+CHI2_LIMIT = 50.0
 # (temperature, top_k, top_p, min_p); top_k = 1 << 30 / top_p = 1.0 mean "off" as in SGLang.
 REQS = [
     (0.7, 6, 1.0, 0.2),
@@ -39,17 +49,20 @@ REQS = [
 ]
 
 
-def exact(logits_row, t, k, p, mp):
+def exact(logits_row, t, k, p, mp, sequential=False):
+    """``sequential``: top-p on the mass renormalized after top-k (FlashInfer's order), not on the
+    full distribution's (SGLang's torch sampler)."""
     x = [float(v) / t for v in logits_row]
     m = max(x)
     e = [math.exp(v - m) for v in x]
     s = sum(e)
     q = [v / s for v in e]
     order = sorted(range(V), key=lambda i: -q[i])
+    zk = sum(q[i] for i in order[:k]) if sequential else 1.0
     keep = [0.0] * V
     before = 0.0
     for rank, i in enumerate(order):
-        if rank < k and before <= p:
+        if rank < k and before / zk <= p:
             keep[i] = q[i]
         before += q[i]
     top = max(keep)
@@ -85,18 +98,18 @@ def torch_top_p_renorm(probs, top_ps):
     return out / out.sum(dim=-1, keepdim=True)
 
 
-def main() -> None:
+def main(device: str = "cpu") -> int:
     from sglang.kernels.ops.sampling import softmax as sampling_softmax
     from sglang.srt.layers.sampler import top_k_top_p_min_p_sampling_from_probs_torch
     from sglang.srt.sampling.sampling_batch_info import SamplingBatchInfo
     from sglang.srt.speculative import eagle_utils
 
     gen = torch.Generator().manual_seed(7)
-    logits = torch.randn(len(REQS), V, generator=gen, dtype=torch.float32) * 2.0
-    temps = torch.tensor([[r[0]] for r in REQS], dtype=torch.float32)
-    top_ks = torch.tensor([r[1] for r in REQS], dtype=torch.int32)
-    top_ps = torch.tensor([r[2] for r in REQS], dtype=torch.float32)
-    min_ps = torch.tensor([r[3] for r in REQS], dtype=torch.float32)
+    logits = (torch.randn(len(REQS), V, generator=gen, dtype=torch.float32) * 2.0).to(device)
+    temps = torch.tensor([[r[0]] for r in REQS], dtype=torch.float32, device=device)
+    top_ks = torch.tensor([r[1] for r in REQS], dtype=torch.int32, device=device)
+    top_ps = torch.tensor([r[2] for r in REQS], dtype=torch.float32, device=device)
+    min_ps = torch.tensor([r[3] for r in REQS], dtype=torch.float32, device=device)
     info = SamplingBatchInfo(
         temperatures=temps, top_ps=top_ps, top_ks=top_ks, min_ps=min_ps,
         is_all_greedy=False, is_any_greedy=False, need_top_p_sampling=True,
@@ -105,11 +118,11 @@ def main() -> None:
     node_logits = torch.repeat_interleave(logits, N, dim=0)  # [bs * N, V]
     targets = [exact(logits[b].tolist(), *REQS[b]) for b in range(len(REQS))]
 
-    def summarize(ids_bn, name, rows):
+    def summarize(ids_bn, name, rows, tgt=targets):
         out = []
         for b in rows:
-            counts = torch.bincount(ids_bn[b].long(), minlength=V).tolist()
-            stat, zero_hits, df = chi2(counts, targets[b], N)
+            counts = torch.bincount(ids_bn[b].long().cpu(), minlength=V).tolist()
+            stat, zero_hits, df = chi2(counts, tgt[b], N)
             out.append({"sampler": name, "req": b, "chi2": stat, "df": df,
                         "zero_hits": zero_hits, "counts": counts})
         return out
@@ -123,6 +136,22 @@ def main() -> None:
         torch.repeat_interleave(min_ps, N), True, None, None,
     ).view(len(REQS), N)
     results += summarize(own, "sglang_sampler", range(len(REQS)))
+
+    if device == "cuda":  # nothing stood in: FlashInfer's renorm kernels, as SGLang binds them
+        assert eagle_utils.top_k_renorm_prob is not None, "renorm.py bound no CUDA renorm kernel"
+        torch.manual_seed(14)
+        walk_g = eagle_utils.sample_tree_target_tokens(
+            node_logits, info, batch_size=len(REQS), draft_token_num=N)
+        seq = [exact(logits[b].tolist(), *REQS[b], sequential=True) for b in range(len(REQS))]
+        results += summarize(walk_g, "walk_cuda_flashinfer", range(len(REQS)), tgt=seq)
+        bad = [r for r in results if r["zero_hits"] or r["chi2"] >= CHI2_LIMIT]
+        for r in results:
+            print(f"{r['sampler']:22s} req {r['req']} chi2 {r['chi2']:7.2f} df {r['df']:2d} "
+                  f"zero_hits {r['zero_hits']}", flush=True)
+        print("REPORT " + json.dumps({"results": results, "targets": targets, "sequential_targets": seq,
+                                      "chi2_limit": CHI2_LIMIT, "device": torch.cuda.get_device_name()}))
+        print(f"WALK-DIST {'FAIL' if bad else 'PASS'}: {len(results)} rows, limit {CHI2_LIMIT}")
+        return 1 if bad else 0
 
     # The walk sampler as on CPU (no renorm kernels: SGLang's torch sampler branch).
     assert eagle_utils.top_k_renorm_prob is None
@@ -142,8 +171,9 @@ def main() -> None:
         node_logits, info, batch_size=len(REQS), draft_token_num=N)
     results += summarize(walk_k, "walk_kernel_branch", [0, 1, 3])
 
-    print("REPORT " + json.dumps({"results": results, "targets": targets}))
+    print("REPORT " + json.dumps({"results": results, "targets": targets, "chi2_limit": CHI2_LIMIT}))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"))

@@ -2,6 +2,8 @@
 # The H200 harness's entry on the device machine. Usage (from the repo root there):
 #   bash .carry-12/harness/h200.sh .carry-12 PART...   PART: checks | equal | time | time:<case> | soak ...
 # pair / pair:<case>,...: the trained pair in $H200_PAIR (tools/real_pair; run_engine.py --part pair).
+# walk-dist: the T > 0 walk's per-node distribution on CUDA through FlashInfer's real renorm kernels
+#   (tests/sglang/_walk_sampling_harness.py --device cuda; needs flashinfer.tar.xz in the carry).
 # fi-prebuild: JIT-compile FlashInfer's attention/sampling modules (needs flashinfer.tar.xz in the carry);
 #   then H200_ATTENTION_BACKEND=flashinfer (and H200_SAMPLING_BACKEND=flashinfer, PAIR_DTYPE=bfloat16,
 #   PAIR_MIXED=1) run the pair / time parts on it.
@@ -46,6 +48,8 @@ for part in "$@"; do
     checks) timeout -k 5 $left python3 "$B/harness/check_ops.py" --device cuda 2>&1 | tee "$OUT/checks.log" | grep -v " ok " ;
             timeout -k 5 $left python3 "$B/harness/import_chain.py" 2>&1 | tail -20 ;;
     fi-prebuild) timeout -k 5 $left python3 tools/sglang_h200/flashinfer_bundle.py --prebuild --head-dim ${FI_HEAD_DIMS:-64 128} 2>&1 | tail -15 || rc=1 ;;
+    walk-dist) timeout -k 5 $left python3 tests/sglang/_walk_sampling_harness.py --device cuda > "$OUT/walk-dist.log" 2>&1 || rc=1
+            grep -v '^REPORT' "$OUT/walk-dist.log" | tail -25 ;;
     equal) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part equal --out "$OUT/equal.json" --case-timeout ${CASE_TIMEOUT:-150} 2>&1 | tee "$OUT/equal.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
     time) timeout -k 5 $left python3 "$B/harness/run_engine.py" --part time --out "$OUT/time.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/time.log" | grep -E "^(CASE|  \\|)" | cut -c1-1500 || rc=1 ;;
     pair|pair:*) c=${part#pair}; c=${c#:}; timeout -k 5 $left python3 "$B/harness/run_engine.py" --part pair --pair "${H200_PAIR:?H200_PAIR=<pair dir>}" --max-new-tokens ${PAIR_NEW_TOKENS:-128} --pair-dtype ${PAIR_DTYPE:-float32} ${c:+--only ${c//,/ }} --out "$OUT/pair$T${c:+-${c//,/_}}.json" --case-timeout ${CASE_TIMEOUT:-200} 2>&1 | tee "$OUT/pair$T.log" | grep -E "^(CASE|EQUAL|  \\|)" | cut -c1-1500 || rc=1 ;;
