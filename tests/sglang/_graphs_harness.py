@@ -112,6 +112,7 @@ def main() -> None:
 
     case("ddtree_flashinfer", ["--attention-backend", "flashinfer"])
     case("ddtree_triton", ["--attention-backend", "triton"])
+    case("ddtree_flashinfer_eager", ["--attention-backend", "flashinfer", "--no-speculative-ddtree-cuda-graph"])
     case("ddtree_default", [])
     case("ddtree_disable_cuda_graph", ["--attention-backend", "triton", "--disable-cuda-graph"])
     case("dflash_default", [], algo="DFLASH")

@@ -58,8 +58,8 @@ def test_derived_shape(report, name, b, k, budget):
     assert r["speculative_eagle_topk"] == k
     assert r["speculative_num_draft_tokens"] == budget + 1
     assert r["page_size"] == 1
-    # CUDA graphs stay on with triton (patch 0014's default since the H200 check), off otherwise
-    assert r["disable_cuda_graph"] is (r["attention_backend"] != "triton"), r
+    # CUDA graphs stay on with triton and flashinfer (patch 0014's default since the GPU checks)
+    assert r["disable_cuda_graph"] is False, r
     # Overlap scheduling stays on (SGLang's default) under DDTREE since patch 0018.
     assert r["disable_overlap_schedule"] is False, r
     assert r["attention_backend"] in ("flashinfer", "triton")
@@ -150,19 +150,20 @@ def test_t_gt_0_walk_sampler_matches_target_distribution(report):
 
 
 @pytest.mark.parametrize("cap", ["9.0", "10.0", "12.0"])
-def test_ddtree_decode_cuda_graphs_disabled_full_resolution(patched_site, harness,
-                                                            model_fixtures, cap):
-    """Issue 9 (CUDA graphs): through the WHOLE ServerArgs resolution (resolve_once) on a
-    mocked sm90 / sm100 / sm120 CUDA platform, DDTREE on flashinfer (not checked graphed on a
-    GPU) ends with the decode graph backend disabled. Flipping only disable_cuda_graph left it
-    'full' (cuda_graph_config is resolved from the boolean before the speculative hook runs).
-    On triton the decode graphs stay on (issue 12, patch 0014: the default since the H200
-    check). --disable-cuda-graph keeps meaning every phase off. Prefill graphs stay what SGLang
-    picks for DFLASH (breakable: the prefill is linear DFlash's, no tree mask)."""
+def test_ddtree_decode_cuda_graphs_full_resolution(patched_site, harness, model_fixtures, cap):
+    """CUDA graphs through the WHOLE ServerArgs resolution (resolve_once) on a mocked sm90 /
+    sm100 / sm120 CUDA platform. On triton and flashinfer the decode graphs stay on (patch 0014:
+    triton since the H200 check, issue 12; flashinfer since the H100 check, issue 22).
+    --no-speculative-ddtree-cuda-graph ends with the decode graph backend disabled (issue 9:
+    flipping only disable_cuda_graph left it 'full', cuda_graph_config is resolved from the
+    boolean before the speculative hook runs). --disable-cuda-graph keeps meaning every phase
+    off. Prefill graphs stay what SGLang picks for DFLASH (breakable: the prefill is linear
+    DFlash's, no tree mask)."""
     rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), cap)
-    assert rep["ddtree_flashinfer"].get("decode") == "disabled", rep["ddtree_flashinfer"]
+    assert rep["ddtree_flashinfer"].get("decode") == "full", rep["ddtree_flashinfer"]
     assert rep["ddtree_triton"].get("decode") == "full", rep["ddtree_triton"]
-    for name in ("ddtree_flashinfer", "ddtree_triton"):
+    assert rep["ddtree_flashinfer_eager"].get("decode") == "disabled", rep["ddtree_flashinfer_eager"]
+    for name in ("ddtree_flashinfer", "ddtree_triton", "ddtree_flashinfer_eager"):
         assert rep[name]["prefill"] == rep["dflash_default"]["prefill"], rep
     assert rep["ddtree_disable_cuda_graph"]["decode"] == "disabled", rep
     assert rep["ddtree_disable_cuda_graph"]["prefill"] == "disabled", rep
@@ -179,7 +180,7 @@ def test_ddtree_unset_attention_backend_reads_a_tree_mask(patched_site, harness,
     rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), cap)
     assert rep["ddtree_default"].get("attention_backend") in ("flashinfer", "triton"), rep
     backend = rep["ddtree_default"]["attention_backend"]
-    assert rep["ddtree_default"]["decode"] == ("full" if backend == "triton" else "disabled"), rep
+    assert rep["ddtree_default"]["decode"] == "full", (backend, rep)
 
 
 def test_ddtree_req_to_token_row_headroom_covers_decode_reserve(patched_site, harness,
