@@ -188,6 +188,14 @@ def compare(
     prefix_ok: bool = typer.Option(
         False, "--prefix-ok", help="Count an output that is a prefix of the other (different max_new_tokens) as a match."
     ),
+    allow_target_divergence: bool = typer.Option(
+        False,
+        "--allow-target-divergence",
+        help="Count a divergence as the targets' (column 'target'), not the method's, when on both sides the method's "
+        "output equals that side's own target-only (baseline) output for the prompt; baseline-vs-baseline divergences "
+        "are then reported, not failed. For a GPU engine against a CPU or bf16 reference whose targets round "
+        "differently at near-ties.",
+    ),
     tokenizer: Optional[str] = typer.Option(
         None, "--tokenizer", metavar="PATH", help="Local tokenizer dir/file to decode the text around divergences."
     ),
@@ -209,7 +217,11 @@ def compare(
         decode=decode,
         against=against,
         thresholds=Thresholds(
-            min_exact_match=min_exact_match, max_tpot_ratio=max_tpot_ratio, min_tau_ratio=min_tau_ratio, prefix_ok=prefix_ok
+            min_exact_match=min_exact_match,
+            max_tpot_ratio=max_tpot_ratio,
+            min_tau_ratio=min_tau_ratio,
+            prefix_ok=prefix_ok,
+            allow_target_divergence=allow_target_divergence,
         ),
     )
     report["baseline"] = str(baseline)
