@@ -13,11 +13,11 @@ from typing import Any
 import typer
 
 try:  # typer >= 0.16 vendors its own click
-    from typer._click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[import-not-found]
-    from typer._click.exceptions import UsageError as ClickUsageError  # type: ignore[import-not-found]
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[import-not-found, unused-ignore]
+    from typer._click.exceptions import UsageError as ClickUsageError  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # pragma: no cover
-    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef,assignment]
-    from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef,assignment]
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef, assignment, unused-ignore]
+    from click.exceptions import UsageError as ClickUsageError  # type: ignore[no-redef, assignment, unused-ignore]
 
 from ddtree_deploy import __version__
 from ddtree_deploy.cli import bench_cmds, deploy_cmds, patch_cmds, rollout_cmds  # each registers its commands on app

@@ -14,7 +14,7 @@ A click usage error (a missing argument, an unknown option or command, a bad val
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import typer
 from typer.core import TyperArgument, TyperCommand, TyperGroup
@@ -22,11 +22,11 @@ from typer.core import TyperArgument, TyperCommand, TyperGroup
 from ddtree_deploy.errors import Interrupted, UsageError
 
 try:  # typer >= 0.16 vendors its own click
-    from typer._click import Context, Parameter  # type: ignore[import-not-found,attr-defined]
-    from typer._click.exceptions import UsageError as ClickUsageError  # type: ignore[import-not-found]
+    from typer._click import Context, Parameter  # type: ignore[import-not-found, attr-defined, unused-ignore]
+    from typer._click.exceptions import UsageError as ClickUsageError  # type: ignore[import-not-found, unused-ignore]
 except ImportError:  # pragma: no cover
-    from click import Context, Parameter  # type: ignore[assignment,no-redef]
-    from click.exceptions import UsageError as ClickUsageError  # type: ignore[assignment,no-redef]
+    from click import Context, Parameter  # type: ignore[assignment, no-redef, unused-ignore]
+    from click.exceptions import UsageError as ClickUsageError  # type: ignore[assignment, no-redef, unused-ignore]
 
 PROG = "ddtree-deploy"
 
@@ -47,7 +47,7 @@ def show_metavars(params: Sequence[Parameter]) -> None:
 def _env(ctx: Context) -> Any:
     from ddtree_deploy.cli.console import env_of  # console imports typer only; no cycle at import time
 
-    return env_of(ctx)
+    return env_of(cast(typer.Context, ctx))  # typer's Context is click's, subclassed
 
 
 def _set_verbose(ctx: Context, value: int) -> int:
@@ -106,7 +106,7 @@ class _Common:
             raise Interrupted(str(exc) or "interrupted", hint=getattr(exc, "hint", None)) from None
 
     def get_params(self, ctx: Context) -> list[Parameter]:
-        params = super().get_params(ctx)  # type: ignore[misc]
+        params: list[Parameter] = super().get_params(ctx)  # type: ignore[misc]
         if self._common is None:
             self._common = common_options()
         taken = {o for p in params for o in getattr(p, "opts", [])}

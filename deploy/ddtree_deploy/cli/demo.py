@@ -93,6 +93,8 @@ def run_demo(
         env.rule("[bold]1. a throwaway host on loopback")
         deps = _deps_available()
         host = FakeHost.create(tmp / "host", random.randint(10, 200), "demo", extra_site=[sysconfig.get_paths()["purelib"]])
+        if host.site is None:
+            raise RuntimeError("FakeHost.create made no site-packages")
         shutil.copytree(snap / "sglang", host.site / "sglang", symlinks=True)
         unpack_wheel(snapshot.wheel_path(), host.site, [])
         host.start()

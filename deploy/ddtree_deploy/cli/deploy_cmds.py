@@ -18,6 +18,7 @@ from ddtree_deploy.errors import UsageError
 
 if TYPE_CHECKING:
     from ddtree_deploy.remote.hostops import BuildSet
+    from ddtree_deploy.remote.inventory import HostConfig
 
 HostsArg = typer.Argument(None, metavar="HOST", help="Host names from the inventory.", show_default=False)
 AllOpt = typer.Option(False, "--all", help="Every host in the inventory.")
@@ -44,7 +45,9 @@ lock_app = typer.Typer(
 )
 
 
-def _hosts(inventory: Optional[Path], names: Optional[List[str]], all_: bool, command: str, *, in_place: bool = False):
+def _hosts(
+    inventory: Optional[Path], names: Optional[List[str]], all_: bool, command: str, *, in_place: bool = False
+) -> list[HostConfig]:
     """The hosts named (or ``--all``); ``in_place`` commands (push, rollback) leave side-by-side hosts
     out of ``--all`` (``rollout`` installs those) and refuse them by name."""
     from ddtree_deploy.errors import InventoryError

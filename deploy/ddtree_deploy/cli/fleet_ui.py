@@ -143,5 +143,5 @@ def outcome(fleet: FleetResult, code: int) -> tuple[str | None, str, str | None]
     if len(results) == 1:
         r = failed[0]
         return r.error or ErrorKind.UNEXPECTED, r.message, r.hint
-    names = ", ".join(f"{r.host} ({r.status})" for r in failed)
-    return PartialFailureError.kind, f"{len(failed)} of {len(results)} hosts failed: {names}", "see each host in `hosts`"
+    which = ", ".join(f"{r.host} ({r.status})" for r in failed)
+    return PartialFailureError.kind, f"{len(failed)} of {len(results)} hosts failed: {which}", "see each host in `hosts`"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 
@@ -24,7 +24,7 @@ from ddtree_deploy.patches import authoring
 from ddtree_deploy.patches.series import load_series
 from ddtree_deploy.paths import cache_dir, default_pin_path, default_series_dir
 from ddtree_deploy.pin import snapshot as snap
-from ddtree_deploy.pin.pin import load_pin
+from ddtree_deploy.pin.pin import Pin, load_pin
 
 SeriesOpt = typer.Option(None, "--series", metavar="DIR", help="Series directory (default: patches/sglang-<pinned version>).")
 PinOpt = typer.Option(None, "--pin", metavar="FILE", help="Pin file (default: snapshot/sglang-<version>.toml).")
@@ -42,7 +42,7 @@ patches_app = typer.Typer(
 )
 
 
-def _pin(pin_path: Optional[Path]):
+def _pin(pin_path: Optional[Path]) -> Pin:
     return load_pin(_existing_file(pin_path, "--pin") or default_pin_path())
 
 
@@ -79,8 +79,8 @@ def _series_dir(path: Optional[Path]) -> Optional[Path]:
     return d
 
 
-def _pin_arg(pin: Optional[Path]):
-    return load_pin(_existing_file(pin, "--pin")) if pin else True
+def _pin_arg(pin: Optional[Path]) -> Pin | bool:
+    return load_pin(_existing_file(pin, "--pin") or pin) if pin else True
 
 
 @snapshot_app.command("fetch", cls=Command, epilog="Example: ddtree-deploy snapshot fetch")
@@ -277,7 +277,7 @@ def build_cmd(
         wheel=pinned,
     )
     out_abs = Path(out).absolute()
-    data: dict = {"out": str(out_abs), "out_action": action, "dry_run": dry_run, **m.to_json()}
+    data: dict[str, Any] = {"out": str(out_abs), "out_action": action, "dry_run": dry_run, **m.to_json()}
     what = {"new": "a new directory", "empty": "an empty directory", "previous-build": "replacing a previous build"}
     where = f"{out} ({what.get(action, 'REPLACING it (--force)')})"
     if dry_run:
@@ -327,7 +327,8 @@ def patches_edit(
             )
         return
     base = inputs.base_dir or snap.ensure_snapshot(inputs.pin)
-    res = authoring.edit(work, inputs.series, base, f"{inputs.pin.name} {inputs.pin.version}", force=force)
+    label = f"{inputs.pin.name} {inputs.pin.version}" if inputs.pin is not None else f"pristine base {base}"
+    res = authoring.edit(work, inputs.series, base, label, force=force)
     message = f"{res.work_dir}: pristine commit {res.base_commit[:12]} + {len(res.patches)} patch commit(s)"
     if json_:
         env.out_result(

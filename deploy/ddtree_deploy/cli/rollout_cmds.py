@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
@@ -14,6 +14,11 @@ from ddtree_deploy.cli.console import env_of
 from ddtree_deploy.cli.conventions import Command
 from ddtree_deploy.cli.deploy_cmds import AcceptOpt, BuildOpt, HostsArg, InvOpt, JsonOpt, fresh_build
 from ddtree_deploy.errors import InventoryError, UsageError
+
+if TYPE_CHECKING:
+    from ddtree_deploy.cli.console import Environment
+    from ddtree_deploy.remote.inventory import HostConfig
+    from ddtree_deploy.remote.side_by_side import RolloutOptions, Wheels
 
 
 def rollout(
@@ -86,7 +91,7 @@ def rollout(
     raise typer.Exit(code)
 
 
-def _run(env, hs, wheels, opts, title: str, json_: bool) -> int:
+def _run(env: Environment, hs: list[HostConfig], wheels: Wheels, opts: RolloutOptions, title: str, json_: bool) -> int:
     from ddtree_deploy.remote.side_by_side import rollout_pipeline
 
     results = fleet_ui.run(env, hs, rollout_pipeline(wheels, opts), title=("dry run: " if opts.dry_run else "") + title)

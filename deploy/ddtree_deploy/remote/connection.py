@@ -87,7 +87,7 @@ def _host_id(hostname: str, port: int) -> str:
     return hostname if port == 22 else f"[{hostname}]:{port}"
 
 
-class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
+class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):  # type: ignore[misc]  # paramiko ships no types
     """Reject unknown keys; with ``accept_new`` record a first-seen key in ``known_hosts``."""
 
     def __init__(self, host: HostConfig, accept_new: bool):
@@ -97,7 +97,7 @@ class _HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         self.accepted = False
         self.other_types: list[str] = []
 
-    def missing_host_key(self, client, hostname, key):  # noqa: D401 (paramiko API)
+    def missing_host_key(self, client: Any, hostname: str, key: Any) -> None:  # noqa: D401 (paramiko API)
         self.offered = (hostname, key)
         if not self.accept_new:
             raise paramiko.SSHException(f"unknown host key for {hostname}")
@@ -250,7 +250,7 @@ class HostConnection:
     def __enter__(self) -> "HostConnection":
         return self if self.conn is not None else self.open()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
     # -- the agent -----------------------------------------------------------------------------
@@ -402,8 +402,8 @@ class HostConnection:
             while result is None:
                 check_cancel()
                 pump()
-                if result is not None:
-                    break
+                if result is not None:  # set by pump() (nonlocal), which mypy does not see
+                    break  # type: ignore[unreachable]
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if chan.closed and not chan.recv_ready():
@@ -434,7 +434,8 @@ class HostConnection:
                 details={"host": h.name},
             )
         if result.get("ok"):
-            return result["result"]
+            answer: dict[str, Any] = result["result"]
+            return answer
         raise agent_error(h.name, result)
 
 

@@ -526,7 +526,13 @@ def deployed_paths(records: list[dict[str, Any]]) -> list[str]:
     return out
 
 
-def smoke(hc: HostConnection, bs: BuildSet | None, *, on_event=None, cancel=None) -> dict[str, Any]:
+def smoke(
+    hc: HostConnection,
+    bs: BuildSet | None,
+    *,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
+    cancel: threading.Event | None = None,
+) -> dict[str, Any]:
     """Re-run compile + smoke import on what is deployed (host records; else the build's files)."""
     h = hc.host
     pr = probe(hc, [])
@@ -649,11 +655,15 @@ def audit_service_step(hc: HostConnection, *, after: str, deploy_id: str | None,
 
 
 def history(hc: HostConnection, limit: int | None = None) -> list[dict[str, Any]]:
-    return hc.run_agent({"op": "history", "state_dir": hc.host.state_dir, "limit": limit}, timeout=60)["entries"]
+    entries: list[dict[str, Any]] = hc.run_agent({"op": "history", "state_dir": hc.host.state_dir, "limit": limit}, timeout=60)[
+        "entries"
+    ]
+    return entries
 
 
 def lock_status(hc: HostConnection) -> dict[str, Any] | None:
-    return hc.run_agent({"op": "lock_status", "state_dir": hc.host.state_dir}, timeout=60)["lock"]
+    lock: dict[str, Any] | None = hc.run_agent({"op": "lock_status", "state_dir": hc.host.state_dir}, timeout=60)["lock"]
+    return lock
 
 
 def lock_release(hc: HostConnection, *, dry_run: bool = False) -> dict[str, Any]:

@@ -6,12 +6,20 @@ import difflib
 import shlex
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
-from ddtree_deploy.errors import DDTreeDeployError, ExitCode, RemoteError, RolledBackError, SmokeFailedError, UsageError
+from ddtree_deploy.errors import (
+    DDTreeDeployError,
+    ExitCode,
+    Interrupted,
+    RemoteError,
+    RolledBackError,
+    SmokeFailedError,
+    UsageError,
+)
 from ddtree_deploy.remote import hostops
-from ddtree_deploy.remote.connection import HostConnection, Interrupted
-from ddtree_deploy.remote.fleet import HostResult, Reporter
+from ddtree_deploy.remote.connection import HostConnection
+from ddtree_deploy.remote.fleet import HostResult, Pipeline, Reporter
 from ddtree_deploy.remote.hostops import BuildSet
 from ddtree_deploy.remote.inventory import HostConfig
 
@@ -35,7 +43,7 @@ def _connect(h: HostConfig, report: Reporter, accept_new: bool, cancel: threadin
     return hc
 
 
-def _event_cb(h: HostConfig, report: Reporter):
+def _event_cb(h: HostConfig, report: Reporter) -> Callable[[dict[str, Any]], None]:
     def cb(ev: dict[str, Any]) -> None:
         ph = ev.get("phase", "")
         if ph == "test-hook":
@@ -79,7 +87,7 @@ def _interrupted(h: HostConfig, deploy_id: str, exc: DDTreeDeployError) -> Inter
     )
 
 
-def push_pipeline(bs: BuildSet, opts: PushOptions):
+def push_pipeline(bs: BuildSet, opts: PushOptions) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         refuse_side_by_side(h, "push")
         if opts.restart and not h.restart_command:
@@ -247,7 +255,7 @@ def _service_step(
     )
 
 
-def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False):
+def smoke_pipeline(bs: BuildSet | None, accept_new: bool = False) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         with _connect(h, report, accept_new, cancel) as hc:
             report.phase(h.name, "smoke", 30)
@@ -287,7 +295,7 @@ def rollback_pipeline(
     dry_run: bool = False,
     force: bool = False,
     restart: bool = False,
-):
+) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         refuse_side_by_side(h, "rollback")
         if restart and not h.restart_command:
@@ -350,7 +358,7 @@ def _rollback_dry_run_result(h: HostConfig, res: dict[str, Any], restart: bool) 
     return HostResult(h.name, True, "would-roll-back", ExitCode.OK, msg, deploy_id=steps[0]["deploy_id"], data=res)
 
 
-def status_pipeline(bs: BuildSet | None, accept_new: bool = False):
+def status_pipeline(bs: BuildSet | None, accept_new: bool = False) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         with _connect(h, report, accept_new, cancel) as hc:
             report.phase(h.name, "status", 50)
@@ -385,7 +393,7 @@ def record_phrase(rec: dict[str, Any]) -> str:
     )
 
 
-def history_pipeline(limit: int | None, accept_new: bool = False):
+def history_pipeline(limit: int | None, accept_new: bool = False) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         with _connect(h, report, accept_new, cancel) as hc:
             entries = hostops.history(hc, limit)
@@ -394,7 +402,7 @@ def history_pipeline(limit: int | None, accept_new: bool = False):
     return run
 
 
-def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = False):
+def lock_pipeline(action: str, accept_new: bool = False, *, dry_run: bool = False) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         with _connect(h, report, accept_new, cancel) as hc:
             if action == "status":

@@ -23,7 +23,7 @@ from ddtree_deploy.errors import ExitCode, HostRefusedError, LockHeldError, Smok
 from ddtree_deploy.hashing import sha256_file
 from ddtree_deploy.remote import hostops
 from ddtree_deploy.remote.connection import HostConnection
-from ddtree_deploy.remote.fleet import HostResult, Reporter
+from ddtree_deploy.remote.fleet import HostResult, Pipeline, Reporter
 from ddtree_deploy.remote.hostops import BuildSet
 from ddtree_deploy.remote.inventory import HostConfig
 
@@ -185,7 +185,7 @@ def _record_words(rec: dict[str, Any]) -> str:
     return f"{rec.get('matched', 0)} of {rec.get('files', 0)} files match {rec.get('dist_info') or '(no dist-info)'}"
 
 
-def rollout_pipeline(wheels: Wheels, opts: RolloutOptions):
+def rollout_pipeline(wheels: Wheels, opts: RolloutOptions) -> Pipeline:
     from ddtree_deploy.remote.push import service_step
 
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
@@ -276,7 +276,7 @@ def rollout_pipeline(wheels: Wheels, opts: RolloutOptions):
     return run
 
 
-def remove_pipeline(opts: RolloutOptions):
+def remove_pipeline(opts: RolloutOptions) -> Pipeline:
     def run(h: HostConfig, report: Reporter, cancel: threading.Event) -> HostResult:
         if not h.is_side_by_side:
             raise UsageError(f"{h.name} is not a side-by-side host (it has no side_by_side_of)", hint=side_by_side_hint(h))
