@@ -61,7 +61,7 @@ demo: demo-venv sshd
 # The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
 # ruff's rules and mypy's files and overrides live in pyproject.toml ([tool.ruff], [tool.mypy]);
 # `make test` runs both first.
-LINT_PATHS := deploy/ddtree_deploy tests/foundation tests/deploy tests/testkit.py tests/conftest.py
+LINT_PATHS := deploy/ddtree_deploy tools tests/foundation tests/deploy tests/testkit.py tests/conftest.py
 lint: venv
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)

@@ -89,8 +89,6 @@ def load_ddtree_utils(src: Optional[str]):
     return mod, mod.__file__
 
 
-
-
 def load_uno(path: str):
     """UNO's ``uno_tree.py`` (unmodified, from the verified snapshot) with flashinfer stood in.
 
@@ -303,8 +301,18 @@ class GemmBound:
 # The benchmark
 # ------------------------------------------------------------------------------------------
 
-FIELDS = ("draft_tokens", "parents", "depths", "positions", "tree_mask", "retrive_index",
-          "retrive_next_token", "retrive_next_sibling", "node_logprobs", "ranks")
+FIELDS = (
+    "draft_tokens",
+    "parents",
+    "depths",
+    "positions",
+    "tree_mask",
+    "retrive_index",
+    "retrive_next_token",
+    "retrive_next_sibling",
+    "node_logprobs",
+    "ranks",
+)
 
 
 def same_tree(a, b) -> bool:
@@ -459,9 +467,11 @@ def bench_budget(du, device, bs, budget, args, gemm=None) -> Dict[str, object]:
             finally:
                 torch.cuda.set_sync_debug_mode("default")
     if not args.no_heap and bs * budget <= args.heap_max:
+
         def ref():
             for b in range(bs):
                 reference_style_build(logits[b], roots[b], starts[b], budget)
+
         row["heap_ref_ms"] = wall_ms(ref, device, max(1, min(args.repeats, 5)))
     if gemm is not None and bs * (budget + 1) <= args.gemm_max_tokens:
         x = torch.randn((bs * (budget + 1), QWEN3_8B["hidden"]), device=device, dtype=torch.bfloat16)
@@ -527,73 +537,127 @@ def us(x):
 
 def markdown(info, uno_rows, rows, args) -> str:
     out = ["# DDTree tree builder: ours (Triton kernel / torch) vs UNO vs the reference heap", ""]
-    for key in ("date_utc", "host", "device", "device_name", "cpu", "cpu_threads", "torch", "triton", "cuda",
-                "python", "platform"):
+    for key in (
+        "date_utc",
+        "host",
+        "device",
+        "device_name",
+        "cpu",
+        "cpu_threads",
+        "torch",
+        "triton",
+        "cuda",
+        "python",
+        "platform",
+    ):
         if key in info:
             out.append(f"- {key}: {info[key]}")
     out.append(f"- module: {info.get('module')}; UNO: {info.get('uno') or 'not run'}")
-    out.append(f"- settings: depth D={args.depth}, vocab V={args.vocab} (bf16 drafter-like logits), "
-               f"repeats={args.repeats} (median of batches of back-to-back calls, CUDA events)")
-    out.append("- UNO's `flashinfer.top_k` is stood in by `torch.topk` (flashinfer is not installed here); "
-               "UNO's log-sum-exp and tree kernels are its own. Times in microseconds unless marked ms.")
+    out.append(
+        f"- settings: depth D={args.depth}, vocab V={args.vocab} (bf16 drafter-like logits), "
+        f"repeats={args.repeats} (median of batches of back-to-back calls, CUDA events)"
+    )
+    out.append(
+        "- UNO's `flashinfer.top_k` is stood in by `torch.topk` (flashinfer is not installed here); "
+        "UNO's log-sum-exp and tree kernels are its own. Times in microseconds unless marked ms."
+    )
     out.append("")
     if uno_rows:
-        out += ["## From drafter logits to a tree, where UNO runs (CUDA graph replay, us)", "",
-                "Ours at the same verify width (B = Q - 1 draft nodes + the root); ours also writes the "
-                "ancestor mask and the retrieve arrays, UNO does not.", "",
-                "| batch | Q | K | UNO | ours kernel | ours torch | kernel / UNO | target <= 0.5 | same token multiset |",
-                "|---|---|---|---|---|---|---|---|---|"]
+        out += [
+            "## From drafter logits to a tree, where UNO runs (CUDA graph replay, us)",
+            "",
+            "Ours at the same verify width (B = Q - 1 draft nodes + the root); ours also writes the "
+            "ancestor mask and the retrieve arrays, UNO does not.",
+            "",
+            "| batch | Q | K | UNO | ours kernel | ours torch | kernel / UNO | target <= 0.5 | same token multiset |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
         for r in uno_rows:
             ratio = r.get("kernel_vs_uno")
-            out.append(f"| {r['batch']} | {r['Q']} | {r['k']} | {us(r.get('uno_graph_ms'))} | "
-                       f"{us(r.get('kernel_logits_graph_ms'))} | {us(r.get('torch_logits_graph_ms'))} | "
-                       f"{fmt(ratio, 2)} | {'met' if ratio is not None and ratio <= 0.5 else 'NOT met' if ratio else '-'} | "
-                       f"{fmt(r.get('same_token_multiset_as_uno'))} |")
-        errs = [r for r in uno_rows if any(k.endswith('error') for k in r)]
+            out.append(
+                f"| {r['batch']} | {r['Q']} | {r['k']} | {us(r.get('uno_graph_ms'))} | "
+                f"{us(r.get('kernel_logits_graph_ms'))} | {us(r.get('torch_logits_graph_ms'))} | "
+                f"{fmt(ratio, 2)} | {'met' if ratio is not None and ratio <= 0.5 else 'NOT met' if ratio else '-'} | "
+                f"{fmt(r.get('same_token_multiset_as_uno'))} |"
+            )
+        errs = [r for r in uno_rows if any(k.endswith("error") for k in r)]
         for r in errs:
-            out.append(f"\n- batch={r['batch']} Q={r['Q']}: " + "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error")))
+            out.append(
+                f"\n- batch={r['batch']} Q={r['Q']}: " + "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error"))
+            )
         out.append("")
-    out += ["## Budget sweep (K = min(B, %d); us)" % args.topk_cap, "",
-            "topk: from per-depth top-K inputs; logits: from [bs, D, V] logits. eager = Python call; "
-            "graph = CUDA graph replay. heap ref = the DDTree reference's per-request host heap "
-            "(host wall time, all requests). GEMM = matmuls of one Qwen3-8B verify forward over bs x (B + 1) tokens (ms). "
-            "ablation = the kernel with the other slack setting (`ablation_slack_tile` in the JSON; a run without "
-            "that key timed slack 0: per-depth kept sets capped at the budget, exact per-depth top-B, instead of "
-            "up to twice it).", "",
-            "| batch | B | K | kernel eager | kernel graph (topk) | kernel graph (logits) | torch eager | torch graph (topk) | "
-            "torch graph (logits) | heap ref | heap ref / kernel | GEMM ms | kernel logits % GEMM | = torch | sync-free | "
-            "kernel graph (topk), ablation |",
-            "|" + "---|" * 16]
+    out += [
+        "## Budget sweep (K = min(B, %d); us)" % args.topk_cap,
+        "",
+        "topk: from per-depth top-K inputs; logits: from [bs, D, V] logits. eager = Python call; "
+        "graph = CUDA graph replay. heap ref = the DDTree reference's per-request host heap "
+        "(host wall time, all requests). GEMM = matmuls of one Qwen3-8B verify forward over bs x (B + 1) tokens (ms). "
+        "ablation = the kernel with the other slack setting (`ablation_slack_tile` in the JSON; a run without "
+        "that key timed slack 0: per-depth kept sets capped at the budget, exact per-depth top-B, instead of "
+        "up to twice it).",
+        "",
+        "| batch | B | K | kernel eager | kernel graph (topk) | kernel graph (logits) | torch eager | torch graph (topk) | "
+        "torch graph (logits) | heap ref | heap ref / kernel | GEMM ms | kernel logits % GEMM | = torch | sync-free | "
+        "kernel graph (topk), ablation |",
+        "|" + "---|" * 16,
+    ]
     for r in rows:
-        out.append("| " + " | ".join(str(c) for c in [
-            r["batch"], r["budget"], r["k"], us(r.get("kernel_eager_ms")), us(r.get("kernel_topk_graph_ms")),
-            us(r.get("kernel_logits_graph_ms")), us(r.get("torch_eager_ms")), us(r.get("torch_topk_graph_ms")),
-            us(r.get("torch_logits_graph_ms")), us(r.get("heap_ref_ms")),
-            (fmt(r.get("heap_ref_over_kernel"), 1) + "x") if r.get("heap_ref_over_kernel") else "-",
-            fmt(r.get("gemm_ms"), 2), fmt(r.get("kernel_logits_graph_pct_gemm"), 2),
-            fmt(r.get("kernel_equals_torch")), fmt(r.get("sync_free")), us(r.get("kernel_ablation_topk_graph_ms", r.get("kernel_noslack_topk_graph_ms")))]) + " |")
+        out.append(
+            "| "
+            + " | ".join(
+                str(c)
+                for c in [
+                    r["batch"],
+                    r["budget"],
+                    r["k"],
+                    us(r.get("kernel_eager_ms")),
+                    us(r.get("kernel_topk_graph_ms")),
+                    us(r.get("kernel_logits_graph_ms")),
+                    us(r.get("torch_eager_ms")),
+                    us(r.get("torch_topk_graph_ms")),
+                    us(r.get("torch_logits_graph_ms")),
+                    us(r.get("heap_ref_ms")),
+                    (fmt(r.get("heap_ref_over_kernel"), 1) + "x") if r.get("heap_ref_over_kernel") else "-",
+                    fmt(r.get("gemm_ms"), 2),
+                    fmt(r.get("kernel_logits_graph_pct_gemm"), 2),
+                    fmt(r.get("kernel_equals_torch")),
+                    fmt(r.get("sync_free")),
+                    us(r.get("kernel_ablation_topk_graph_ms", r.get("kernel_noslack_topk_graph_ms"))),
+                ]
+            )
+            + " |"
+        )
     out += variants_markdown(uno_rows, rows)
     errs = [r for r in rows if any(k.endswith("error") for k in r)]
     for r in errs:
-        out.append(f"\n- batch={r['batch']} B={r['budget']}: " + "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error")))
+        out.append(
+            f"\n- batch={r['batch']} B={r['budget']}: " + "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error"))
+        )
     return "\n".join(out) + "\n"
 
 
 def variants_markdown(uno_rows, rows) -> List[str]:
     """Tables of the tree kernel's settings (``pPwW``: P threshold probes per reduction, W warps, 0 = auto)."""
     out: List[str] = []
-    for title, rs, key, label in (("from logits, where UNO runs", uno_rows, "variants_logits", "Q"),
-                                  ("from top-K inputs (budget sweep)", rows, "variants_topk", "budget")):
+    for title, rs, key, label in (
+        ("from logits, where UNO runs", uno_rows, "variants_logits", "Q"),
+        ("from top-K inputs (budget sweep)", rows, "variants_topk", "budget"),
+    ):
         rs = [r for r in rs if r.get(key)]
         if not rs:
             continue
         names = list(rs[0][key])
-        out += ["", f"## Tree-kernel settings, {title}: CUDA graph replay, us", "",
-                "pPwW: P probes per block reduction in the threshold search (1 = bisection), W warps (0 = by tile "
-                "size). `!` marks a tree that differs from the reference (must not happen): the torch builder's from "
-                "top-K, the default kernel setting's from logits.", "",
-                f"| batch | {label} | K | " + " | ".join(names) + " | best |" + (" UNO |" if key == "variants_logits" else ""),
-                "|" + "---|" * (4 + len(names) + (1 if key == "variants_logits" else 0))]
+        out += [
+            "",
+            f"## Tree-kernel settings, {title}: CUDA graph replay, us",
+            "",
+            "pPwW: P probes per block reduction in the threshold search (1 = bisection), W warps (0 = by tile "
+            "size). `!` marks a tree that differs from the reference (must not happen): the torch builder's from "
+            "top-K, the default kernel setting's from logits.",
+            "",
+            f"| batch | {label} | K | " + " | ".join(names) + " | best |" + (" UNO |" if key == "variants_logits" else ""),
+            "|" + "---|" * (4 + len(names) + (1 if key == "variants_logits" else 0)),
+        ]
         for r in rs:
             cells, best = [], None
             for n in names:
@@ -621,9 +685,13 @@ def plot(rows, path: str, info) -> Optional[str]:
         return "matplotlib not importable"
     batches = sorted({r["batch"] for r in rows})
     fig, axes = plt.subplots(1, len(batches), figsize=(5 * len(batches), 4), squeeze=False)
-    series = (("kernel_logits_graph_ms", "ours kernel, logits, graph"), ("kernel_topk_graph_ms", "ours kernel, top-K, graph"),
-              ("torch_logits_graph_ms", "ours torch, logits, graph"), ("heap_ref_ms", "reference heap (host)"),
-              ("gemm_ms", "GEMM bound (verify fwd)"))
+    series = (
+        ("kernel_logits_graph_ms", "ours kernel, logits, graph"),
+        ("kernel_topk_graph_ms", "ours kernel, top-K, graph"),
+        ("torch_logits_graph_ms", "ours torch, logits, graph"),
+        ("heap_ref_ms", "reference heap (host)"),
+        ("gemm_ms", "GEMM bound (verify fwd)"),
+    )
     for ax, bs in zip(axes[0], batches):
         rs = [r for r in rows if r["batch"] == bs]
         for key, label in series:
@@ -659,9 +727,13 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--topk-cap", type=int, default=32, help="K = min(B, cap) in the budget sweep")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument("--kernel-variants", default="1:0,4:0", metavar="P:W,...",
-                   help="tree-kernel settings timed side by side (CUDA): probes of the threshold search (1, 4, 8 or 16) "
-                        ":warps (0 = by tile size); a table per input kind, each row naming the fastest")
+    p.add_argument(
+        "--kernel-variants",
+        default="1:0,4:0",
+        metavar="P:W,...",
+        help="tree-kernel settings timed side by side (CUDA): probes of the threshold search (1, 4, 8 or 16) "
+        ":warps (0 = by tile size); a table per input kind, each row naming the fastest",
+    )
     p.add_argument("--heap-max", type=int, default=8 * 512, help="skip the reference heap when batch*B exceeds this")
     p.add_argument("--no-heap", action="store_true")
     p.add_argument("--no-gemm", action="store_true")
@@ -717,18 +789,26 @@ def main(argv=None) -> int:
                 row = bench_uno(du, uno, device, bs, q, k, args)
                 results["uno_rows"].append(row)
                 dump()
-                print(f"[bench_builder] uno batch={bs} Q={q} K={k} uno={us(row.get('uno_graph_ms'))}us "
-                      f"kernel={us(row.get('kernel_logits_graph_ms'))}us", file=sys.stderr, flush=True)
+                print(
+                    f"[bench_builder] uno batch={bs} Q={q} K={k} uno={us(row.get('uno_graph_ms'))}us "
+                    f"kernel={us(row.get('kernel_logits_graph_ms'))}us",
+                    file=sys.stderr,
+                    flush=True,
+                )
     gemm = GemmBound(device) if (device.type == "cuda" and not args.no_gemm) else None
     for bs in parse_list(args.batches):
         for budget in parse_list(args.budgets):
             row = bench_budget(du, device, bs, budget, args, gemm)
             results["rows"].append(row)
             dump()
-            print(f"[bench_builder] batch={bs} B={budget} kernel graph topk={us(row.get('kernel_topk_graph_ms'))}us "
-                  f"logits={us(row.get('kernel_logits_graph_ms'))}us eager={us(row.get('kernel_eager_ms'))}us "
-                  f"heap={us(row.get('heap_ref_ms'))}us gemm={fmt(row.get('gemm_ms'), 2)}ms "
-                  f"=torch {row.get('kernel_equals_torch')}", file=sys.stderr, flush=True)
+            print(
+                f"[bench_builder] batch={bs} B={budget} kernel graph topk={us(row.get('kernel_topk_graph_ms'))}us "
+                f"logits={us(row.get('kernel_logits_graph_ms'))}us eager={us(row.get('kernel_eager_ms'))}us "
+                f"heap={us(row.get('heap_ref_ms'))}us gemm={fmt(row.get('gemm_ms'), 2)}ms "
+                f"=torch {row.get('kernel_equals_torch')}",
+                file=sys.stderr,
+                flush=True,
+            )
     text = markdown(info, results["uno_rows"], results["rows"], args)
     if args.out:
         Path(args.out).write_text(text)
@@ -740,10 +820,14 @@ def main(argv=None) -> int:
         if err:
             print(f"[bench_builder] no plot: {err}", file=sys.stderr)
     print(f"[bench_builder] wrote {args.out or 'stdout'} and {json_path}", file=sys.stderr)
-    bad = [r for r in results["rows"] + results["uno_rows"]
-           if r.get("kernel_equals_torch") is False or r.get("sync_free") is False
-           or r.get("kernel_ablation_equals_torch") is False
-           or any(v.get("equal") is False for key in ("variants_topk", "variants_logits") for v in r.get(key, {}).values())]
+    bad = [
+        r
+        for r in results["rows"] + results["uno_rows"]
+        if r.get("kernel_equals_torch") is False
+        or r.get("sync_free") is False
+        or r.get("kernel_ablation_equals_torch") is False
+        or any(v.get("equal") is False for key in ("variants_topk", "variants_logits") for v in r.get(key, {}).values())
+    ]
     return 1 if bad else 0
 
 

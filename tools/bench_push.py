@@ -60,11 +60,29 @@ def synthetic_build(out: Path, site: Path) -> Path:
         new = base + b"\n\ndef ddtree_bench_marker():\n    return 1\n"
         (out / rel).parent.mkdir(parents=True, exist_ok=True)
         (out / rel).write_bytes(new)
-        files.append({"path": rel, "action": "modify", "pristine_sha256": hashlib.sha256(base).hexdigest(),
-                      "patched_sha256": hashlib.sha256(new).hexdigest(), "mode": "0644", "patches": []})
-    (out / "manifest.json").write_text(json.dumps({
-        "format": 1, "package": "sglang", "version": "0.5.23", "series": "sglang-0.5.23",
-        "series_id": "sglang-0.5.23+bench", "patches": [], "files": files}))
+        files.append(
+            {
+                "path": rel,
+                "action": "modify",
+                "pristine_sha256": hashlib.sha256(base).hexdigest(),
+                "patched_sha256": hashlib.sha256(new).hexdigest(),
+                "mode": "0644",
+                "patches": [],
+            }
+        )
+    (out / "manifest.json").write_text(
+        json.dumps(
+            {
+                "format": 1,
+                "package": "sglang",
+                "version": "0.5.23",
+                "series": "sglang-0.5.23",
+                "series_id": "sglang-0.5.23+bench",
+                "patches": [],
+                "files": files,
+            }
+        )
+    )
     return out
 
 
@@ -86,8 +104,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", default="1,2,4,8")
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--build", type=Path, default=None,
-                    help="A build dir (default: build the repo's series; if it does not build, a DFlash-like synthetic build).")
+    ap.add_argument(
+        "--build",
+        type=Path,
+        default=None,
+        help="A build dir (default: build the repo's series; if it does not build, a DFlash-like synthetic build).",
+    )
     ap.add_argument("--out", type=Path, default=REPO / "out" / "bench_push.md")
     args = ap.parse_args()
     why = sshd_available()
@@ -112,8 +134,9 @@ def main() -> int:
         if args.build:
             touched = {f["path"] for f in json.loads((args.build / "manifest.json").read_text())["files"]}
         with zipfile.ZipFile(wheel()) as z:
-            members = [n for n in z.namelist()
-                       if (n.startswith(PREFIX) and n.count("/") == 3 and n.endswith(".py")) or n in touched]
+            members = [
+                n for n in z.namelist() if (n.startswith(PREFIX) and n.count("/") == 3 and n.endswith(".py")) or n in touched
+            ]
         unpack_wheel(wheel(), site, members)
         build_dir = args.build or synthetic_build(tmp / "build", site)
         bs = load_build(build_dir)
@@ -125,8 +148,10 @@ def main() -> int:
             h.start()
             h.trust()
             hosts.append(h)
-        inv_path = write_inventory(tmp / "hosts.toml", {
-            h.name: h.inventory_table(site_packages=str(h.site), smoke_modules=[], smoke_run=[]) for h in hosts})
+        inv_path = write_inventory(
+            tmp / "hosts.toml",
+            {h.name: h.inventory_table(site_packages=str(h.site), smoke_modules=[], smoke_run=[]) for h in hosts},
+        )
         inv = load_inventory(inv_path)
         all_cfg = list(inv.hosts.values())
         pipeline = push_pipeline(bs, PushOptions())
@@ -174,17 +199,33 @@ def main() -> int:
         rows["re-push 1"] = statistics.median(ts)
         repush_bytes = max(sent)
         repush_wire = max(wire)
-        print(f"re-push (unchanged): {rows['re-push 1']:.3f}s, file bytes sent {repush_bytes}, "
-              f"protocol bytes {repush_wire} (agent source + request)", flush=True)
+        print(
+            f"re-push (unchanged): {rows['re-push 1']:.3f}s, file bytes sent {repush_bytes}, "
+            f"protocol bytes {repush_wire} (agent source + request)",
+            flush=True,
+        )
 
         def scp(n: int, legacy: bool) -> None:
             procs = []
             for h in hosts[:n]:
                 dst = h.root / "scp-dst"
                 dst.mkdir(exist_ok=True)
-                cmd = ["scp", "-q", "-B", *(["-O"] if legacy else []), "-i", str(h.client_key),
-                       "-o", f"UserKnownHostsFile={h.known_hosts}", "-o", "StrictHostKeyChecking=yes",
-                       "-P", str(h.port), *map(str, payload), f"root@{h.addr}:{dst}/"]
+                cmd = [
+                    "scp",
+                    "-q",
+                    "-B",
+                    *(["-O"] if legacy else []),
+                    "-i",
+                    str(h.client_key),
+                    "-o",
+                    f"UserKnownHostsFile={h.known_hosts}",
+                    "-o",
+                    "StrictHostKeyChecking=yes",
+                    "-P",
+                    str(h.port),
+                    *map(str, payload),
+                    f"root@{h.addr}:{dst}/",
+                ]
                 procs.append(subprocess.Popen(cmd, stdin=subprocess.DEVNULL))
             for p in procs:
                 if p.wait(timeout=120) != 0:
@@ -199,8 +240,23 @@ def main() -> int:
         # the remote login shell's start-up, which every exec pays (push once per host, scp -O too)
         def shell_true():
             h = hosts[0]
-            subprocess.run(["ssh", "-i", str(h.client_key), "-o", f"UserKnownHostsFile={h.known_hosts}",
-                            "-o", "StrictHostKeyChecking=yes", "-p", str(h.port), f"root@{h.addr}", "true"], check=True)
+            subprocess.run(
+                [
+                    "ssh",
+                    "-i",
+                    str(h.client_key),
+                    "-o",
+                    f"UserKnownHostsFile={h.known_hosts}",
+                    "-o",
+                    "StrictHostKeyChecking=yes",
+                    "-p",
+                    str(h.port),
+                    f"root@{h.addr}",
+                    "true",
+                ],
+                check=True,
+            )
+
         rows["ssh true"] = statistics.median(timed(shell_true) for _ in range(args.repeat))
 
         p1 = rows["push 1"]
@@ -219,19 +275,24 @@ def main() -> int:
             tgt = "<= 1.5x push 1" if n == max(counts) and n > 1 else ""
             ok = "" if not tgt else (" (met)" if r <= 1.5 else " (NOT met)")
             lines.append(f"| push to {n} host(s) | {rows[f'push {n}']:.3f} | {r:.2f}x push 1 | {tgt}{ok} |")
-        lines.append(f"| re-push, unchanged (1 host) | {rows['re-push 1']:.3f} | file bytes sent: {repush_bytes} | "
-                     f"0 bytes{' (met)' if repush_bytes == 0 else ' (NOT met)'} |")
+        lines.append(
+            f"| re-push, unchanged (1 host) | {rows['re-push 1']:.3f} | file bytes sent: {repush_bytes} | "
+            f"0 bytes{' (met)' if repush_bytes == 0 else ' (NOT met)'} |"
+        )
         for n in sorted({1, nmax}):
             for legacy in (False, True):
                 key = f"scp{' -O' if legacy else ''} {n}"
                 ref = rows[f"push {n}"] / rows[key]
-                lines.append(f"| raw `{key.split(' ' + str(n))[0]}` to {n} host(s) | {rows[key]:.3f} | "
-                             f"push {n} = {ref:.2f}x this | <= 2x{' (met)' if ref <= 2 else ' (NOT met)'} |")
+                lines.append(
+                    f"| raw `{key.split(' ' + str(n))[0]}` to {n} host(s) | {rows[key]:.3f} | "
+                    f"push {n} = {ref:.2f}x this | <= 2x{' (met)' if ref <= 2 else ' (NOT met)'} |"
+                )
         lines.append(f"| `ssh host true` (login shell start-up) | {rows['ssh true']:.3f} | | context |")
         lines += [
             "",
             "Client CPU (this process, all threads) per push: "
-            + ", ".join(f"{n} host(s) {c:.2f}s CPU in {w:.2f}s wall" for n, (c, w) in sorted(cpu.items())) + ".",
+            + ", ".join(f"{n} host(s) {c:.2f}s CPU in {w:.2f}s wall" for n, (c, w) in sorted(cpu.items()))
+            + ".",
             f"Re-push protocol overhead: {repush_wire} bytes (the agent's source and the request; no file content).",
             "Push runs one SSH exec per host (one remote shell + one Python start) carrying the preflight probe and the",
             "apply (backup, temp file + sha256 verify + rename, py_compile, audit); `scp` (SFTP mode) needs no remote shell.",

@@ -92,26 +92,36 @@ def main(argv=None) -> int:
     worst = {k: min(r[f"K{k}"] for r in rows if r["budget"] == args.default_budget) for k in KS}
     ok = [k for k in KS if 1.0 - worst[k] <= args.max_loss]
     default_k = ok[0] if ok else None
-    out = ["# Tree quality vs the top-K cap (predicted tau ratio)", "",
-           "predicted tau(K) / tau(K = min(B, V)), mean over requests; tau = 1 + sum of the tree's prefix "
-           "probabilities (DDTree's expected acceptance length). Built with the series' "
-           "`build_ddtree_tree_from_topk` (bit-identical on every backend, so computed on the CPU).", "",
-           f"Synthetic drafters: D = {args.depth}, V = {args.vocab}, {args.requests} requests each, Zipf-like: "
-           "the logit of the rank-r token at depth d is -a log r + 0.3 N(0, 1), a = alpha (1 - 0.03 (d - 1)) u, "
-           f"u ~ U[0.8, 1.2] per request and depth (seed {args.seed} + drafter index; "
-           "`tools/bench_tree_quality.py`).", ""]
+    out = [
+        "# Tree quality vs the top-K cap (predicted tau ratio)",
+        "",
+        "predicted tau(K) / tau(K = min(B, V)), mean over requests; tau = 1 + sum of the tree's prefix "
+        "probabilities (DDTree's expected acceptance length). Built with the series' "
+        "`build_ddtree_tree_from_topk` (bit-identical on every backend, so computed on the CPU).",
+        "",
+        f"Synthetic drafters: D = {args.depth}, V = {args.vocab}, {args.requests} requests each, Zipf-like: "
+        "the logit of the rank-r token at depth d is -a log r + 0.3 N(0, 1), a = alpha (1 - 0.03 (d - 1)) u, "
+        f"u ~ U[0.8, 1.2] per request and depth (seed {args.seed} + drafter index; "
+        "`tools/bench_tree_quality.py`).",
+        "",
+    ]
     for name, m in meta.items():
-        out.append(f"- {name}: alpha = {m['alpha']}, mean top-1 probability {m['mean_top1_prob']:.3f}, "
-                   f"optimal tau at B = 256: {m['tau_opt_B256']:.3f}")
-    out += ["", "| drafter | B | tau (K = B) | " + " | ".join(f"K = {k}" for k in KS) + " |",
-            "|---|---|---|" + "---|" * len(KS)]
+        out.append(
+            f"- {name}: alpha = {m['alpha']}, mean top-1 probability {m['mean_top1_prob']:.3f}, "
+            f"optimal tau at B = 256: {m['tau_opt_B256']:.3f}"
+        )
+    out += ["", "| drafter | B | tau (K = B) | " + " | ".join(f"K = {k}" for k in KS) + " |", "|---|---|---|" + "---|" * len(KS)]
     for r in rows:
         cells = [r["drafter"], r["budget"], f"{r['tau_opt']:.3f}"]
         cells += [("1 (K >= B)" if k >= r["budget"] else f"{r[f'K{k}']:.4f}") for k in KS]
         out.append("| " + " | ".join(str(c) for c in cells) + " |")
-    out += ["", f"Worst ratio over the three drafters at the default budget B = {args.default_budget}: "
-            + ", ".join(f"K = {k}: {worst[k]:.4f}" for k in KS) + ".",
-            f"Smallest K with a loss <= {100 * args.max_loss:.1f}% there: **K = {default_k}**."]
+    out += [
+        "",
+        f"Worst ratio over the three drafters at the default budget B = {args.default_budget}: "
+        + ", ".join(f"K = {k}: {worst[k]:.4f}" for k in KS)
+        + ".",
+        f"Smallest K with a loss <= {100 * args.max_loss:.1f}% there: **K = {default_k}**.",
+    ]
     text = "\n".join(out) + "\n"
     if args.out:
         Path(args.out).write_text(text)
@@ -119,9 +129,19 @@ def main(argv=None) -> int:
         sys.stdout.write(text)
     jp = args.json_out or (str(Path(args.out).with_suffix(".json")) if args.out else None)
     if jp:
-        Path(jp).write_text(json.dumps({"args": vars(args), "drafters": meta, "rows": rows,
-                                        "worst_at_default_budget": worst, "default_topk_cap": default_k},
-                                       indent=2) + "\n")
+        Path(jp).write_text(
+            json.dumps(
+                {
+                    "args": vars(args),
+                    "drafters": meta,
+                    "rows": rows,
+                    "worst_at_default_budget": worst,
+                    "default_topk_cap": default_k,
+                },
+                indent=2,
+            )
+            + "\n"
+        )
     return 0
 
 

@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import torch
+
     from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify  # tools/ is sys.path[0]
 
     du = import_from_bare_tree(args.src, "sglang.srt.speculative.ddtree_utils")
@@ -83,16 +84,40 @@ def main() -> int:
         return ids, lps, root, start
 
     # 0. the fused Triton kernel is what the public API runs on CUDA
-    report("kernel_is_default_on_cuda", du.tree_builder_backend(dev) == "triton",
-           f"tree_builder_backend(cuda) = {du.tree_builder_backend(dev)!r}")
+    report(
+        "kernel_is_default_on_cuda",
+        du.tree_builder_backend(dev) == "triton",
+        f"tree_builder_backend(cuda) = {du.tree_builder_backend(dev)!r}",
+    )
 
     # 1. builder (kernel, and the torch builder) vs the heap oracle on CUDA, ties included
     t0 = time.time()
     n_cases, bad = 0, []
-    fields = ("draft_tokens", "parents", "depths", "positions", "tree_mask", "retrive_index",
-              "retrive_next_token", "retrive_next_sibling", "ranks")
-    configs = [(15, 8, 64), (15, 8, 256), (15, 32, 256), (15, 16, 128), (15, 64, 1024), (15, 32, 512),
-               (5, 3, 300), (15, 1, 20), (2, 8, 8), (15, 4, 1), (7, 16, 100), (3, 64, 1024)]
+    fields = (
+        "draft_tokens",
+        "parents",
+        "depths",
+        "positions",
+        "tree_mask",
+        "retrive_index",
+        "retrive_next_token",
+        "retrive_next_sibling",
+        "ranks",
+    )
+    configs = [
+        (15, 8, 64),
+        (15, 8, 256),
+        (15, 32, 256),
+        (15, 16, 128),
+        (15, 64, 1024),
+        (15, 32, 512),
+        (5, 3, 300),
+        (15, 1, 20),
+        (2, 8, 8),
+        (15, 4, 1),
+        (7, 16, 100),
+        (3, 64, 1024),
+    ]
     modes = ("random", "ties", "flat")
     kmod = du._tree_kernel()
     saved_probes = kmod._PROBES
@@ -118,16 +143,19 @@ def main() -> int:
                     if not all(torch.equal(getattr(slow, f).cpu(), getattr(ref, f).cpu()) for f in fields):
                         bad.append(f"torch builder bs={bs} D={D} K={K} B={B} {mode}")
     kmod._PROBES = saved_probes
-    report("kernel_vs_heap_oracle_cuda", not bad and n_cases >= 400,
-           f"{n_cases} cases (threshold probes 1, 4, 8 and 16 x {len(configs)} shapes x {modes} x 8 seeds (3 at B >= 512), "
-           "B up to 1024, K up to 64), "
-           f"{len(bad)} mismatches {bad[:3]} ({time.time() - t0:.1f}s)")
+    report(
+        "kernel_vs_heap_oracle_cuda",
+        not bad and n_cases >= 400,
+        f"{n_cases} cases (threshold probes 1, 4, 8 and 16 x {len(configs)} shapes x {modes} x 8 seeds (3 at B >= 512), "
+        "B up to 1024, K up to 64), "
+        f"{len(bad)} mismatches {bad[:3]} ({time.time() - t0:.1f}s)",
+    )
 
     # 1b. the fused top-K + log-normalizer on real-size bf16 logits
     t0 = time.time()
     tk_bad = []
     saved_min_k = getattr(kmod, "_TOPK_ROW_T_MIN_K", None)
-    for min_k in ((1, 10**9) if saved_min_k is not None else (None,)):
+    for min_k in (1, 10**9) if saved_min_k is not None else (None,):
         if min_k is not None:
             kmod._TOPK_ROW_T_MIN_K = min_k  # the candidate threshold of the chunks' best keys at every K, and at none
         for bs, K, scale in ((1, 8, 3), (1, 32, 3), (4, 64, 3), (32, 8, 3), (8, 32, 1), (2, 32, 0)):
@@ -143,14 +171,22 @@ def main() -> int:
                 tk_bad.append(f"row_t_min_k={min_k} bs={bs} K={K} scale={scale}: logprobs max err {err:.2e}")
     if saved_min_k is not None:
         kmod._TOPK_ROW_T_MIN_K = saved_min_k
-    report("fused_topk_vs_torch_cuda", not tk_bad,
-           f"[bs, 15, 151936] bf16 with ties (row threshold at every K and at none), K in 8..64: "
-           f"{tk_bad or 'ids equal, log-probs within 1e-5'} ({time.time() - t0:.1f}s)")
+    report(
+        "fused_topk_vs_torch_cuda",
+        not tk_bad,
+        f"[bs, 15, 151936] bf16 with ties (row threshold at every K and at none), K in 8..64: "
+        f"{tk_bad or 'ids equal, log-probs within 1e-5'} ({time.time() - t0:.1f}s)",
+    )
 
     # 2. the probe on CUDA
     env = {**os.environ, "PYTHONPATH": str(args.src) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-m", "sglang.srt.speculative.ddtree_probe", "--device", "cuda"],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "sglang.srt.speculative.ddtree_probe", "--device", "cuda"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     line = (proc.stdout.strip().splitlines() or [proc.stderr.strip()[-300:]])[-1]
     report("probe_cuda", proc.returncode == 0 and "builder=triton" in line, f"exit {proc.returncode}: {line}")
 
@@ -185,8 +221,11 @@ def main() -> int:
                     mism += not ok
                     total += 1
                     accepted += L
-        report("sglang_triton_verify_vs_walk_cuda", mism == 0,
-               f"{total} requests, {mism} mismatches, mean accepted depth {accepted / max(total, 1):.2f}")
+        report(
+            "sglang_triton_verify_vs_walk_cuda",
+            mism == 0,
+            f"{total} requests, {mism} mismatches, mean accepted depth {accepted / max(total, 1):.2f}",
+        )
     except Exception as exc:  # say exactly what blocked it
         report("sglang_triton_verify_vs_walk_cuda", False, f"could not run: {type(exc).__name__}: {exc}")
 
@@ -203,10 +242,14 @@ def main() -> int:
         torch.cuda.set_sync_debug_mode("error")
         tree = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
         du.ddtree_accept(tree, target)
-        tree2 = du.build_ddtree_tree_from_topk(*du.topk_logprobs_from_logits(big, 32), root, start, 1024)
+        du.build_ddtree_tree_from_topk(*du.topk_logprobs_from_logits(big, 32), root, start, 1024)
         torch.cuda.set_sync_debug_mode(0)
-        report("no_host_sync", True, "kernel build(bs=8,D=15,K=8,B=256)+accept and fused top-K(bs=8,V=151936,K=32)"
-               "+kernel build(B=1024) ran under sync_debug_mode='error'")
+        report(
+            "no_host_sync",
+            True,
+            "kernel build(bs=8,D=15,K=8,B=256)+accept and fused top-K(bs=8,V=151936,K=32)"
+            "+kernel build(B=1024) ran under sync_debug_mode='error'",
+        )
     except RuntimeError as exc:
         torch.cuda.set_sync_debug_mode(0)
         report("no_host_sync", False, f"{exc}"[:300])
@@ -227,7 +270,10 @@ def main() -> int:
         same = True
         for _ in range(3):
             ids2, lps2, root2, start2 = inputs(8, 15, 8)
-            s_ids.copy_(ids2); s_lps.copy_(lps2); s_root.copy_(root2); s_start.copy_(start2)
+            s_ids.copy_(ids2)
+            s_lps.copy_(lps2)
+            s_root.copy_(root2)
+            s_start.copy_(start2)
             graph.replay()
             torch.cuda.synchronize()
             eager = du.build_ddtree_tree_from_topk(ids2, lps2, root2, start2, 256)
@@ -251,8 +297,10 @@ def main() -> int:
         for bs in (1, 8, 32):
             ids, lps, root, start = inputs(bs, 15, 8)
             gbt = du.GraphedTreeBuilder(256)
-            for label, fn in (("eager", lambda: du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)),
-                              ("graphed", lambda: gbt(ids, lps, root, start))):
+            for label, fn in (
+                ("eager", lambda: du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)),
+                ("graphed", lambda: gbt(ids, lps, root, start)),
+            ):
                 for _ in range(3):
                     fn()
                 torch.cuda.synchronize()
@@ -267,9 +315,11 @@ def main() -> int:
                 times.sort()
                 timing[f"bs{bs}_{label}_ms"] = round(times[len(times) // 2], 4)
         results["graphed_builder_timing_B256"] = timing
-        report("graphed_builder", bad6 == 0 and gb.failed is None and gb.num_graphs == 2,
-               f"6 calls over 3 shapes (max_graphs=2): {bad6} mismatches, failed={gb.failed}; "
-               f"B=256 median ms: {timing}")
+        report(
+            "graphed_builder",
+            bad6 == 0 and gb.failed is None and gb.num_graphs == 2,
+            f"6 calls over 3 shapes (max_graphs=2): {bad6} mismatches, failed={gb.failed}; B=256 median ms: {timing}",
+        )
     except Exception as exc:
         report("graphed_builder", False, f"{type(exc).__name__}: {exc}"[:300])
 
@@ -284,10 +334,12 @@ def main() -> int:
             got = gs(ids, lps, root, start)
             want = du.build_ddtree_tree_from_topk(ids, lps, root, start, 256)
             bad7 += not all(torch.equal(getattr(got, f), getattr(want, f)) for f in fields + ("node_logprobs",))
-        report("startup_capture", bad7 == 0 and captured == sizes and gs.num_graphs == len(sizes)
-               and gs.failed is None,
-               f"captured {captured} ({gs.graph_bytes / 2**20:.1f} MiB); 8 calls: {bad7} mismatches, "
-               f"graphs after calls {gs.num_graphs}, failed={gs.failed}")
+        report(
+            "startup_capture",
+            bad7 == 0 and captured == sizes and gs.num_graphs == len(sizes) and gs.failed is None,
+            f"captured {captured} ({gs.graph_bytes / 2**20:.1f} MiB); 8 calls: {bad7} mismatches, "
+            f"graphs after calls {gs.num_graphs}, failed={gs.failed}",
+        )
     except Exception as exc:
         report("startup_capture", False, f"{type(exc).__name__}: {exc}"[:300])
 

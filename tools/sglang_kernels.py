@@ -32,7 +32,7 @@ def extract_source(spec_tree_file: Path) -> str:
     for node in tree.body:
         if isinstance(node, ast.FunctionDef) and node.name in WANTED:
             start = min([d.lineno for d in node.decorator_list] + [node.lineno]) - 1
-            parts.append("".join(lines[start:node.end_lineno]) + "\n\n")
+            parts.append("".join(lines[start : node.end_lineno]) + "\n\n")
             found.append(node.name)
     missing = set(WANTED) - set(found)
     if missing:
@@ -73,7 +73,9 @@ def run_sglang_verify(verify, tree, target_tokens):
     accept_index = torch.full((bs, steps), -1, dtype=torch.int32, device=dev)
     accept_num = torch.zeros((bs,), dtype=torch.int32, device=dev)
     verify(
-        predicts, accept_index, accept_num,
+        predicts,
+        accept_index,
+        accept_num,
         tree.draft_tokens.to(torch.int32).contiguous(),
         tree.retrive_index.to(torch.int32).contiguous(),
         tree.retrive_next_token.to(torch.int32).contiguous(),

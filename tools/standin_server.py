@@ -60,7 +60,9 @@ class StandIn:
         torch.set_num_threads(max(1, args.threads))
         self.args = args
         self.target = tiny_target(seed=args.model_seed, vocab=args.vocab)
-        quality = [float(q) for q in args.drafter_quality.split(",")] if "," in args.drafter_quality else float(args.drafter_quality)
+        quality = (
+            [float(q) for q in args.drafter_quality.split(",")] if "," in args.drafter_quality else float(args.drafter_quality)
+        )
         self.drafter = SyntheticDrafter(self.target, quality=quality, seed=args.drafter_seed)
         self.engine = OfflineEngine(self.target, self.drafter, block_size=args.block_size, device="cpu")
         self.vocab = int(args.vocab)
@@ -82,8 +84,13 @@ class StandIn:
         t0 = time.perf_counter()
         with self.lock:
             rec = self.engine.generate(
-                input_ids, method=a.method, budget=a.budget, topk_cap=a.topk_cap, max_new_tokens=max_new,
-                temperature=temperature, seed=seed,
+                input_ids,
+                method=a.method,
+                budget=a.budget,
+                topk_cap=a.topk_cap,
+                max_new_tokens=max_new,
+                temperature=temperature,
+                seed=seed,
             )
         out = generated_tokens(rec)
         if a.plant_divergence and len(out) > a.plant_position:
@@ -92,7 +99,9 @@ class StandIn:
         n = len(out)
         mi: dict[str, Any] = {
             "id": uuid.uuid4().hex,
-            "finish_reason": {"type": "length", "length": max_new} if n >= max_new else {"type": "stop", "matched": out[-1] if out else None},
+            "finish_reason": {"type": "length", "length": max_new}
+            if n >= max_new
+            else {"type": "stop", "matched": out[-1] if out else None},
             "prompt_tokens": len(input_ids),
             "weight_version": "standin",
             "completion_tokens": n,
@@ -188,7 +197,11 @@ def make_handler(app: StandIn):
                 if "input_ids" in req and req["input_ids"] is not None:
                     ids = req["input_ids"]
                 elif isinstance(req.get("text"), (str, list)):
-                    ids = [app.encode_text(t) for t in req["text"]] if isinstance(req["text"], list) else app.encode_text(req["text"])
+                    ids = (
+                        [app.encode_text(t) for t in req["text"]]
+                        if isinstance(req["text"], list)
+                        else app.encode_text(req["text"])
+                    )
                 else:
                     raise ValueError("give text or input_ids")
                 batch = bool(ids) and isinstance(ids[0], list)
@@ -213,8 +226,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Stand-in for an SGLang server (offline DDTree engine, tiny random model, CPU).")
     ap.add_argument("--port", type=int, default=30100)  # not 30000: SGLang's default, usually production's
     ap.add_argument("--method", choices=("target", "baseline", "dflash", "ddtree"), default="ddtree")
-    ap.add_argument("--budget", type=lambda v: int(v) if v.strip() else 64, default=64,
-                    help="tree budget (ddtree); an empty value means the default, so one template serves all methods")
+    ap.add_argument(
+        "--budget",
+        type=lambda v: int(v) if v.strip() else 64,
+        default=64,
+        help="tree budget (ddtree); an empty value means the default, so one template serves all methods",
+    )
     ap.add_argument("--topk-cap", type=int, default=None)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--drafter-quality", default="0.8", help="q, or a comma-separated per-depth list")

@@ -55,8 +55,7 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--dtype", default="float32", choices=sorted(_DTYPES))
     g.add_argument("--attn", default="sdpa", choices=["sdpa", "eager"])
     g.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N")
-    g.add_argument("--threads", type=int, default=None,
-                   help="torch intra-op threads (tiny CPU models run fastest with 1)")
+    g.add_argument("--threads", type=int, default=None, help="torch intra-op threads (tiny CPU models run fastest with 1)")
     d = p.add_argument_group("drafter / decoding")
     d.add_argument("--block-size", type=int, default=16)
     d.add_argument("--drafter-seed", type=int, default=1)
@@ -79,9 +78,17 @@ def build_target(args):
     if args.checkpoint:
         return load_checkpoint(args.checkpoint, dtype=dtype, device=args.device, attn_implementation=args.attn)
     return tiny_target(
-        seed=args.model_seed, vocab=args.vocab, hidden=args.hidden, layers=args.layers, heads=args.heads,
-        kv_heads=args.kv_heads, intermediate=args.intermediate or 2 * args.hidden, arch=args.arch,
-        dtype=dtype, device=args.device, attn_implementation=args.attn,
+        seed=args.model_seed,
+        vocab=args.vocab,
+        hidden=args.hidden,
+        layers=args.layers,
+        heads=args.heads,
+        kv_heads=args.kv_heads,
+        intermediate=args.intermediate or 2 * args.hidden,
+        arch=args.arch,
+        dtype=dtype,
+        device=args.device,
+        attn_implementation=args.attn,
     )
 
 
@@ -197,8 +204,13 @@ def cmd_run(args) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     jsonl = Path(args.jsonl) if args.jsonl else out_dir / "records.jsonl"
     pt = Path(args.pt) if args.pt else out_dir / "run.pt"
-    extra = {"temperature": args.temperature, "seed": args.seed, "quality": args.quality,
-             "block_size": args.block_size, "synthetic": args.checkpoint is None}
+    extra = {
+        "temperature": args.temperature,
+        "seed": args.seed,
+        "quality": args.quality,
+        "block_size": args.block_size,
+        "synthetic": args.checkpoint is None,
+    }
     responses = []
     mismatches = 0
     plan = [("target", None)] if "target" in methods else []
@@ -209,8 +221,15 @@ def cmd_run(args) -> int:
             response = {}
             ref = None
             for m, b in plan:
-                rec = eng.generate(prompt, m, budget=b or 0, topk_cap=args.topk_cap,
-                                   max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed)
+                rec = eng.generate(
+                    prompt,
+                    m,
+                    budget=b or 0,
+                    topk_cap=args.topk_cap,
+                    max_new_tokens=args.max_new_tokens,
+                    temperature=args.temperature,
+                    seed=args.seed,
+                )
                 key = method_key(m, b)
                 toks = generated_tokens(rec)
                 if ref is None:
@@ -230,8 +249,17 @@ def cmd_run(args) -> int:
         "args": ns,
     }
     torch.save(run_data, pt)
-    print(json.dumps({"jsonl": str(jsonl), "pt": str(pt), "prompts": len(prompts),
-                      "methods": [method_key(m, b) for m, b in plan], "lossless_mismatches": mismatches}))
+    print(
+        json.dumps(
+            {
+                "jsonl": str(jsonl),
+                "pt": str(pt),
+                "prompts": len(prompts),
+                "methods": [method_key(m, b) for m, b in plan],
+                "lossless_mismatches": mismatches,
+            }
+        )
+    )
     return 1 if mismatches else 0
 
 
@@ -249,9 +277,23 @@ def cmd_sweep(args) -> int:
     base = [base_eng.generate(p, "target", **gen) for p in prompts]
     base_tpot = _mean(r["time_per_output_token"] for r in base)
     b_rounds = sum(r["decode_rounds"] for r in base)
-    b_stage = {k: 1e3 * sum(r["stage_times"][k] for r in base) / max(b_rounds, 1) for k in ("draft", "tree_build", "verify", "commit")}
-    rows = [{"stage_ms_per_round": b_stage, "quality": None, "method": "baseline", "budget": None, "tau": 1.0, "pred_tau": None,
-             "tok_s": 1.0 / base_tpot, "tok_s_nodraft": 1.0 / base_tpot, "speedup_nodraft": 1.0, "lossless": True}]
+    b_stage = {
+        k: 1e3 * sum(r["stage_times"][k] for r in base) / max(b_rounds, 1) for k in ("draft", "tree_build", "verify", "commit")
+    }
+    rows = [
+        {
+            "stage_ms_per_round": b_stage,
+            "quality": None,
+            "method": "baseline",
+            "budget": None,
+            "tau": 1.0,
+            "pred_tau": None,
+            "tok_s": 1.0 / base_tpot,
+            "tok_s_nodraft": 1.0 / base_tpot,
+            "speedup_nodraft": 1.0,
+            "lossless": True,
+        }
+    ]
     for q in qualities:
         eng = _make_engine(args, target, q)
         for m, b in [("dflash", None)] + [("ddtree", b) for b in budgets]:
@@ -265,24 +307,46 @@ def cmd_sweep(args) -> int:
             tpot_nd = max(dec - draft, 1e-12) / n
             pred = [x for r in recs for x in r.get("predicted_acceptance", [])]
             rounds = sum(r["decode_rounds"] for r in recs)
-            stage_ms = {k: 1e3 * sum(r["stage_times"][k] for r in recs) / max(rounds, 1)
-                        for k in ("draft", "tree_build", "verify", "commit")}
-            rows.append({"stage_ms_per_round": stage_ms, "quality": q, "method": method_key(m, b), "budget": b, "tau": _mean(acc),
-                         "pred_tau": _mean(pred) if pred else None, "tok_s": 1.0 / tpot,
-                         "tok_s_nodraft": 1.0 / tpot_nd, "speedup_nodraft": base_tpot / tpot_nd,
-                         "lossless": lossless})
-            print(f"q={q} {method_key(m, b)}: tau={_mean(acc):.2f} tok/s(no draft)={1.0 / tpot_nd:.1f} lossless={lossless}",
-                  file=sys.stderr)
+            stage_ms = {
+                k: 1e3 * sum(r["stage_times"][k] for r in recs) / max(rounds, 1)
+                for k in ("draft", "tree_build", "verify", "commit")
+            }
+            rows.append(
+                {
+                    "stage_ms_per_round": stage_ms,
+                    "quality": q,
+                    "method": method_key(m, b),
+                    "budget": b,
+                    "tau": _mean(acc),
+                    "pred_tau": _mean(pred) if pred else None,
+                    "tok_s": 1.0 / tpot,
+                    "tok_s_nodraft": 1.0 / tpot_nd,
+                    "speedup_nodraft": base_tpot / tpot_nd,
+                    "lossless": lossless,
+                }
+            )
+            print(
+                f"q={q} {method_key(m, b)}: tau={_mean(acc):.2f} tok/s(no draft)={1.0 / tpot_nd:.1f} lossless={lossless}",
+                file=sys.stderr,
+            )
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     md, png, js = out_dir / "sweep.md", out_dir / "sweep.png", out_dir / "sweep.json"
     summ = model_summary(target)
-    js.write_text(json.dumps({"environment": env, "model": summ, "args": _plain({k: v for k, v in vars(args).items() if k != "func"}),
-                              "rows": rows}, indent=1))
+    js.write_text(
+        json.dumps(
+            {
+                "environment": env,
+                "model": summ,
+                "args": _plain({k: v for k, v in vars(args).items() if k != "func"}),
+                "rows": rows,
+            },
+            indent=1,
+        )
+    )
     _write_markdown(md, rows, env, summ, args, png.name)
     _plot(png, rows, qualities, budgets, env)
-    print(json.dumps({"markdown": str(md), "png": str(png), "json": str(js),
-                      "all_lossless": all(r["lossless"] for r in rows)}))
+    print(json.dumps({"markdown": str(md), "png": str(png), "json": str(js), "all_lossless": all(r["lossless"] for r in rows)}))
     return 0 if all(r["lossless"] for r in rows) else 1
 
 
@@ -297,16 +361,19 @@ def _write_markdown(path, rows, env, summ, args, png_name):
         f"- date: {env['date_utc']}",
         f"- machine: {env['machine']} ({env['platform']}, {env['processor']}, {env['cpu_count']} CPUs)",
         f"- device: {env['device']} ({env['device_name']}); torch {env['torch']}, transformers {env['transformers']}",
-        f"- target: SYNTHETIC random-weight {summ['model_type']} (vocab {summ['vocab_size']}, hidden {summ['hidden_size']}, "
-        f"{summ['num_hidden_layers']} layers, {summ['num_parameters']:,} params, {summ['dtype']}, attn {summ['attn_implementation']})"
-        if not args.checkpoint else f"- target: checkpoint {args.checkpoint} ({summ['model_type']}, {summ['num_parameters']:,} params)",
+        f"- target: SYNTHETIC random-weight {summ['model_type']} (vocab {summ['vocab_size']}, "
+        f"hidden {summ['hidden_size']}, {summ['num_hidden_layers']} layers, {summ['num_parameters']:,} params, "
+        f"{summ['dtype']}, attn {summ['attn_implementation']})"
+        if not args.checkpoint
+        else f"- target: checkpoint {args.checkpoint} ({summ['model_type']}, {summ['num_parameters']:,} params)",
         f"- drafter: SYNTHETIC `SyntheticDrafter` (oracle continuation of the target + noise, mode {args.drafter_mode}, "
         f"jitter {args.jitter}); quality q = per-depth oracle mass. NOT a trained DFlash drafter.",
-        f"- block size {args.block_size} (depth {args.block_size - 1}), {args.num_prompts} prompts x {args.max_new_tokens} new tokens, "
-        f"T = {args.temperature}, top-k cap {args.topk_cap}",
+        f"- block size {args.block_size} (depth {args.block_size - 1}), {args.num_prompts} prompts x "
+        f"{args.max_new_tokens} new tokens, T = {args.temperature}, top-k cap {args.topk_cap}",
         "- tau = mean tokens per round incl. the bonus token; pred tau = drafter-predicted 1 + sum of node prefix probabilities.",
-        "- tok/s (wall) includes the synthetic drafter, whose cost (oracle target forwards + CPU row construction) is not representative; "
-        "tok/s (no draft) excludes the draft stage; speedup = baseline TPOT / method TPOT without the draft stage.",
+        "- tok/s (wall) includes the synthetic drafter, whose cost (oracle target forwards + CPU row construction) "
+        "is not representative; tok/s (no draft) excludes the draft stage; speedup = baseline TPOT / method TPOT "
+        "without the draft stage.",
         "",
         "- ms/round: mean per decode round of the engine stages tree_build (top-k + tree + mask), verify (target forward "
         "+ sampling), commit (accept walk + KV compaction / crop).",
@@ -355,8 +422,11 @@ def _plot(path, rows, qualities, budgets, env):
     ax2.set_title("throughput vs budget")
     ax1.legend(fontsize=7, ncol=2)
     ax2.legend(fontsize=7)
-    fig.suptitle(f"SYNTHETIC models (random-weight target, oracle+noise drafter) - {env['device_name']} - "
-                 f"{env['machine']} - {env['date_utc']}", fontsize=9)
+    fig.suptitle(
+        f"SYNTHETIC models (random-weight target, oracle+noise drafter) - {env['device_name']} - "
+        f"{env['machine']} - {env['date_utc']}",
+        fontsize=9,
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -368,11 +438,20 @@ def cmd_corebench(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     env = _environment(args.device)
-    rows = bench(device=args.device, vocab=args.vocab, depth=args.depth, budgets=_int_list(args.budgets),
-                 reps=args.reps, prefix=args.prefix, temperature=args.temperature)
-    header = (f"# DDTree core micro-benchmark ({env['device_name']}, {env['machine']}, {env['date_utc']}; "
-              f"torch {env['torch']}; vocab {args.vocab}, depth {args.depth}, T = {args.temperature}; "
-              f"median of {args.reps} reps, ms; random log-probs, no model)")
+    rows = bench(
+        device=args.device,
+        vocab=args.vocab,
+        depth=args.depth,
+        budgets=_int_list(args.budgets),
+        reps=args.reps,
+        prefix=args.prefix,
+        temperature=args.temperature,
+    )
+    header = (
+        f"# DDTree core micro-benchmark ({env['device_name']}, {env['machine']}, {env['date_utc']}; "
+        f"torch {env['torch']}; vocab {args.vocab}, depth {args.depth}, T = {args.temperature}; "
+        f"median of {args.reps} reps, ms; random log-probs, no model)"
+    )
     md = to_markdown(rows, header)
     print(md)
     if args.out:

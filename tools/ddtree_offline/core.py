@@ -82,9 +82,7 @@ def ddtree_utils() -> ModuleType:
     try:
         mod = import_patched(MODULE_NAME)
     except Exception as exc:
-        raise CoreUnavailable(
-            f"import_patched({MODULE_NAME!r}) failed ({exc!r}) and {ENV_VAR} is not set"
-        ) from exc
+        raise CoreUnavailable(f"import_patched({MODULE_NAME!r}) failed ({exc!r}) and {ENV_VAR} is not set") from exc
     return _check(mod, "ddtree_deploy.build.overlay.import_patched")
 
 

@@ -23,8 +23,9 @@ def _sync(dev):
         torch.cuda.synchronize(dev)
 
 
-def bench(device="cpu", vocab=32000, depth=15, budgets=(16, 32, 64, 128, 256, 512), reps=20, prefix=1024,
-          temperature=0.0, seed=0) -> list[dict]:
+def bench(
+    device="cpu", vocab=32000, depth=15, budgets=(16, 32, 64, 128, 256, 512), reps=20, prefix=1024, temperature=0.0, seed=0
+) -> list[dict]:
     """Return one dict per budget with median ms per stage."""
     du = ddtree_utils()
     dev = torch.device(device)
@@ -42,8 +43,9 @@ def bench(device="cpu", vocab=32000, depth=15, budgets=(16, 32, 64, 128, 256, 51
             _sync(dev)
             t["topk"] = time.perf_counter() - t0
             t0 = time.perf_counter()
-            tree = du.build_ddtree_tree_from_topk(ids[None], lp[None], torch.tensor([1], device=dev),
-                                                  torch.tensor([prefix], device=dev), B)
+            tree = du.build_ddtree_tree_from_topk(
+                ids[None], lp[None], torch.tensor([1], device=dev), torch.tensor([prefix], device=dev), B
+            )
             _sync(dev)
             t["build"] = time.perf_counter() - t0
             t0 = time.perf_counter()

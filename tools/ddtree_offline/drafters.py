@@ -60,7 +60,7 @@ def quality_schedule(quality: float | Sequence[float], depth: int, decay: float 
     if it is shorter than ``depth``). Values are clamped to [0, 1].
     """
     if isinstance(quality, (int, float)):
-        qs = [float(quality) * (decay ** d) for d in range(depth)]
+        qs = [float(quality) * (decay**d) for d in range(depth)]
     else:
         qs = [float(x) for x in quality]
         if not qs:
@@ -91,7 +91,8 @@ class SyntheticDrafter:
            slots (noise logits scaled by ``noise_sharpness*sqrt(q)``), and the oracle token is
            placed in a slot drawn from that row, so the drafter is calibrated (the oracle is its
            rank-r token with exactly the probability it assigns to rank r: the regime the DDTree
-           optimality argument assumes). q = 0 gives a flat row, the oracle at a uniform rank. ``"mass"``: literally put mass q on the oracle token and (1-q) of noise elsewhere
+           optimality argument assumes). q = 0 gives a flat row, the oracle at a uniform rank.
+           ``"mass"``: literally put mass q on the oracle token and (1-q) of noise elsewhere
            (the oracle is then always the top-1 when q > ~0.6: an underconfident drafter).
     """
 
@@ -153,18 +154,18 @@ class SyntheticDrafter:
             dev = self._device()
             seeds = torch.tensor([seed], device=dev, dtype=torch.long)
             for _ in range(need):
-                feed = self._seq[self._fed:]
+                feed = self._seq[self._fed :]
                 ids = torch.tensor([feed], device=dev, dtype=torch.long)
                 positions = torch.arange(self._fed, len(self._seq), device=dev).unsqueeze(0)
-                logits = self.target(
-                    input_ids=ids, position_ids=positions, past_key_values=self._cache, use_cache=True
-                ).logits[:, -1:, :]
+                logits = self.target(input_ids=ids, position_ids=positions, past_key_values=self._cache, use_cache=True).logits[
+                    :, -1:, :
+                ]
                 gumbel = None
                 if temperature > 0:
                     gumbel = du.positional_gumbel(seeds, positions[:, -1:], logits.shape[-1])
                 self._fed = len(self._seq)
                 self._seq.append(int(du.sample_target_tokens(logits, temperature, gumbel)[0, 0]))
-        return self._seq[len(ctx): len(ctx) + depth]
+        return self._seq[len(ctx) : len(ctx) + depth]
 
     def _row(self, position: int, q: float, prev_token: int, oracle_token: int, device) -> torch.Tensor:
         """Log-probs ``[V]`` of the row at absolute ``position``.
@@ -216,5 +217,13 @@ class SyntheticDrafter:
     def describe(self) -> dict:
         """JSON-able parameters (for run metadata)."""
         q = self.quality if isinstance(self.quality, (int, float)) else list(self.quality)
-        return {"kind": "synthetic", "quality": q, "decay": self.decay, "seed": self.seed,
-                "noise_sharpness": self.noise_sharpness, "jitter": self.jitter, "mode": self.mode, "k": self.k}
+        return {
+            "kind": "synthetic",
+            "quality": q,
+            "decay": self.decay,
+            "seed": self.seed,
+            "noise_sharpness": self.noise_sharpness,
+            "jitter": self.jitter,
+            "mode": self.mode,
+            "k": self.k,
+        }

@@ -50,7 +50,7 @@ def generated_tokens(rec: dict) -> list[int]:
     ids = rec["output_ids"]
     if isinstance(ids, torch.Tensor):
         ids = ids.reshape(-1).tolist()
-    return [int(t) for t in ids[int(rec["num_input_tokens"]):]]
+    return [int(t) for t in ids[int(rec["num_input_tokens"]) :]]
 
 
 def tree_attention_mask(tree_mask: torch.Tensor, prefix_len: int, dtype: torch.dtype) -> torch.Tensor:
@@ -63,7 +63,8 @@ def tree_attention_mask(tree_mask: torch.Tensor, prefix_len: int, dtype: torch.d
     neg = torch.finfo(dtype).min
     mask = torch.zeros(bs, 1, n, prefix_len + n, dtype=dtype, device=tree_mask.device)
     mask[:, 0, :, prefix_len:] = torch.where(
-        tree_mask, torch.zeros((), dtype=dtype, device=tree_mask.device),
+        tree_mask,
+        torch.zeros((), dtype=dtype, device=tree_mask.device),
         torch.full((), neg, dtype=dtype, device=tree_mask.device),
     )
     return mask
@@ -129,8 +130,11 @@ class OfflineEngine:
 
     def _forward(self, ids, positions, cache, attention_mask=None):
         return self.target(
-            input_ids=ids, position_ids=positions, attention_mask=attention_mask,
-            past_key_values=cache, use_cache=True,
+            input_ids=ids,
+            position_ids=positions,
+            attention_mask=attention_mask,
+            past_key_values=cache,
+            use_cache=True,
         ).logits
 
     def new_cache(self):
@@ -213,7 +217,16 @@ class OfflineEngine:
                     emitted = self._linear_round(logq, root, start, cache, temperature, seed, stage_times)
                 else:
                     emitted, info = self._tree_round(
-                        du, logq, root, start, cache, budget, topk_cap, temperature, seed, stage_times,
+                        du,
+                        logq,
+                        root,
+                        start,
+                        cache,
+                        budget,
+                        topk_cap,
+                        temperature,
+                        seed,
+                        stage_times,
                         save_tree_traces,
                     )
                     predicted.append(info["predicted_tau"])
@@ -281,8 +294,11 @@ class OfflineEngine:
         K = min(int(budget), V, int(topk_cap) if topk_cap else V)
         top_lp, top_ids = torch.topk(logq.float(), K, dim=-1)  # sorted descending
         tree = du.build_ddtree_tree_from_topk(
-            top_ids.unsqueeze(0), top_lp.unsqueeze(0),
-            torch.tensor([root], device=dev), torch.tensor([start], device=dev), int(budget),
+            top_ids.unsqueeze(0),
+            top_lp.unsqueeze(0),
+            torch.tensor([root], device=dev),
+            torch.tensor([start], device=dev),
+            int(budget),
         )
         mask = tree_attention_mask(tree.tree_mask, start, self.target.dtype)
         stage_times["tree_build"] += self._now() - t

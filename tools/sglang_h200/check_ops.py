@@ -14,10 +14,9 @@ import sys
 
 # The stand-ins (`standin/`) come first on PYTHONPATH: h200.sh and tests/h200_harness put them there.
 import numpy as np
+import sgl_kernel
 import torch
 import torch.nn.functional as F
-
-import sgl_kernel
 from sgl_kernel.utils import is_arch_support_pdl
 
 TOL = {torch.float32: 2e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
@@ -51,8 +50,7 @@ def check(device: str) -> int:
             out = torch.empty_like(x)
             sgl_kernel.rmsnorm(x, w, eps, out=out)
             _close("rmsnorm(out=)" + tag, dtype, out, _ref_rms(x, w, eps), res)
-            _close("gemma_rmsnorm" + tag, dtype, sgl_kernel.gemma_rmsnorm(x, w, eps),
-                   _ref_rms(x, w, eps, gemma=True), res)
+            _close("gemma_rmsnorm" + tag, dtype, sgl_kernel.gemma_rmsnorm(x, w, eps), _ref_rms(x, w, eps, gemma=True), res)
             for fn, gemma in (("fused_add_rmsnorm", False), ("gemma_fused_add_rmsnorm", True)):
                 xi, ri = x.clone(), r.clone()
                 getattr(sgl_kernel, fn)(xi, ri, w, eps)
@@ -65,10 +63,14 @@ def check(device: str) -> int:
             o2 = torch.empty(tokens, hidden, device=device, dtype=dtype)
             sgl_kernel.silu_and_mul(xx, o2)
             _close("silu_and_mul(out)" + tag, dtype, o2, a * torch.sigmoid(a) * b, res)
-            _close("gelu_and_mul" + tag, dtype, sgl_kernel.gelu_and_mul(xx),
-                   0.5 * a * (1 + torch.erf(a / 2 ** 0.5)) * b, res)
-            _close("gelu_tanh_and_mul" + tag, dtype, sgl_kernel.gelu_tanh_and_mul(xx),
-                   0.5 * a * (1 + torch.tanh((2 / np.pi) ** 0.5 * (a + 0.044715 * a ** 3))) * b, res)
+            _close("gelu_and_mul" + tag, dtype, sgl_kernel.gelu_and_mul(xx), 0.5 * a * (1 + torch.erf(a / 2**0.5)) * b, res)
+            _close(
+                "gelu_tanh_and_mul" + tag,
+                dtype,
+                sgl_kernel.gelu_tanh_and_mul(xx),
+                0.5 * a * (1 + torch.tanh((2 / np.pi) ** 0.5 * (a + 0.044715 * a**3))) * b,
+                res,
+            )
     # renorms (fp32 probabilities, as the sampler passes them)
     probs = torch.softmax(torch.randn(6, 50, generator=g) * 3, -1)
     ks = torch.tensor([1, 2, 5, 10, 50, 3])
@@ -86,22 +88,52 @@ def check(device: str) -> int:
             kept.append(j)
             csum += pn[i, j]
         want_p[i, kept] = pn[i, kept] / pn[i, kept].sum()
-    _close("top_k_renorm_prob", torch.float32, sgl_kernel.top_k_renorm_prob(probs.to(device), ks.to(device)),
-           torch.from_numpy(want_k), res)
-    _close("top_p_renorm_prob", torch.float32, sgl_kernel.top_p_renorm_prob(probs.to(device), ps.to(device)),
-           torch.from_numpy(want_p), res)
+    _close(
+        "top_k_renorm_prob",
+        torch.float32,
+        sgl_kernel.top_k_renorm_prob(probs.to(device), ks.to(device)),
+        torch.from_numpy(want_k),
+        res,
+    )
+    _close(
+        "top_p_renorm_prob",
+        torch.float32,
+        sgl_kernel.top_p_renorm_prob(probs.to(device), ps.to(device)),
+        torch.from_numpy(want_p),
+        res,
+    )
     if device != "cpu":  # the renorm redirect (sitecustomize): SGLang's own Triton renorm, compiled for real
         from sglang.kernels.ops.sampling import renorm
 
-        _close("renorm.top_k_renorm_prob(triton)", torch.float32,
-               renorm.top_k_renorm_prob(probs.to(device), ks.to(device)), torch.from_numpy(want_k), res)
-        _close("renorm.top_p_renorm_prob(triton)", torch.float32,
-               renorm.top_p_renorm_prob(probs.to(device), ps.to(device)), torch.from_numpy(want_p), res)
+        _close(
+            "renorm.top_k_renorm_prob(triton)",
+            torch.float32,
+            renorm.top_k_renorm_prob(probs.to(device), ks.to(device)),
+            torch.from_numpy(want_k),
+            res,
+        )
+        _close(
+            "renorm.top_p_renorm_prob(triton)",
+            torch.float32,
+            renorm.top_p_renorm_prob(probs.to(device), ps.to(device)),
+            torch.from_numpy(want_p),
+            res,
+        )
         # the stand-in's row chunks (4 rows of 6 at a time): the same result row for row
-        _close("renorm.top_k_renorm_prob(triton,4rows)", torch.float32,
-               renorm.top_k_renorm_prob(probs.to(device), ks.to(device), rows=4), torch.from_numpy(want_k), res)
-        _close("renorm.top_p_renorm_prob(triton,4rows)", torch.float32,
-               renorm.top_p_renorm_prob(probs.to(device), ps.to(device), rows=4), torch.from_numpy(want_p), res)
+        _close(
+            "renorm.top_k_renorm_prob(triton,4rows)",
+            torch.float32,
+            renorm.top_k_renorm_prob(probs.to(device), ks.to(device), rows=4),
+            torch.from_numpy(want_k),
+            res,
+        )
+        _close(
+            "renorm.top_p_renorm_prob(triton,4rows)",
+            torch.float32,
+            renorm.top_p_renorm_prob(probs.to(device), ps.to(device), rows=4),
+            torch.from_numpy(want_p),
+            res,
+        )
     t = torch.randn(4, device=device)
     ok = sgl_kernel.weak_ref_tensor(t).data_ptr() == t.data_ptr()
     res.append(ok)

@@ -69,44 +69,80 @@ MTIME = 1577836800  # 2020-01-01: fixed, so the archive is byte-for-byte reprodu
 # (srt/layers/attention/flashinfer_backend.py, srt/layers/sampler.py, kernels/ops/sampling/renorm.py,
 # srt/layers/flashinfer_comm_fusion.py, srt/layers/layernorm.py, srt/utils/common.py, kernels/jit/utils/arch.py).
 PY_SEEDS = [
-    "flashinfer", "flashinfer.prefill", "flashinfer.decode", "flashinfer.cascade", "flashinfer.page",
-    "flashinfer.sampling", "flashinfer.topk", "flashinfer.norm", "flashinfer.comm", "flashinfer.rope",
-    "flashinfer.jit", "flashinfer.jit.core", "flashinfer.jit.env", "flashinfer.compilation_context",
+    "flashinfer",
+    "flashinfer.prefill",
+    "flashinfer.decode",
+    "flashinfer.cascade",
+    "flashinfer.page",
+    "flashinfer.sampling",
+    "flashinfer.topk",
+    "flashinfer.norm",
+    "flashinfer.comm",
+    "flashinfer.rope",
+    "flashinfer.jit",
+    "flashinfer.jit.core",
+    "flashinfer.jit.env",
+    "flashinfer.compilation_context",
 ]
 
 # JIT sources (flashinfer/data/csrc) of the modules above: jit/attention/modules.py
 # (gen_customize_batch_prefill_module fa2 + sm90, gen_customize_batch_decode_module), jit/cascade.py,
 # jit/sampling.py, jit/page.py, jit/topk.py, jit/spdlog.py.
 CSRC_SEEDS = [
-    "batch_prefill.cu", "batch_prefill_jit_binding.cu", "batch_prefill_paged.cu", "batch_prefill_paged.cuh",
-    "batch_prefill_paged_jit_binding.cu", "batch_prefill_customize_config.jinja",
-    "batch_prefill_paged_kernel_inst.jinja", "batch_prefill_ragged_kernel_inst.jinja",
-    "batch_prefill_sm90.cu", "batch_prefill_sm90_jit_binding.cu", "batch_prefill_sm90_customize_config.jinja",
-    "batch_prefill_paged_sm90_kernel_inst.jinja", "batch_prefill_ragged_sm90_kernel_inst.jinja",
-    "batch_decode.cu", "batch_decode_jit_binding.cu", "batch_decode_customize_config.jinja",
+    "batch_prefill.cu",
+    "batch_prefill_jit_binding.cu",
+    "batch_prefill_paged.cu",
+    "batch_prefill_paged.cuh",
+    "batch_prefill_paged_jit_binding.cu",
+    "batch_prefill_customize_config.jinja",
+    "batch_prefill_paged_kernel_inst.jinja",
+    "batch_prefill_ragged_kernel_inst.jinja",
+    "batch_prefill_sm90.cu",
+    "batch_prefill_sm90_jit_binding.cu",
+    "batch_prefill_sm90_customize_config.jinja",
+    "batch_prefill_paged_sm90_kernel_inst.jinja",
+    "batch_prefill_ragged_sm90_kernel_inst.jinja",
+    "batch_decode.cu",
+    "batch_decode_jit_binding.cu",
+    "batch_decode_customize_config.jinja",
     "batch_decode_kernel_inst.jinja",
-    "cascade.cu", "flashinfer_cascade_binding.cu",
-    "sampling.cu", "renorm.cu", "flashinfer_sampling_binding.cu",
-    "page.cu", "flashinfer_page_binding.cu",
-    "topk.cu", "cub_topk.cu", "flashinfer_topk_binding.cu", "flashinfer_fast_topk_clusters_binding.cu",
+    "cascade.cu",
+    "flashinfer_cascade_binding.cu",
+    "sampling.cu",
+    "renorm.cu",
+    "flashinfer_sampling_binding.cu",
+    "page.cu",
+    "flashinfer_page_binding.cu",
+    "topk.cu",
+    "cub_topk.cu",
+    "flashinfer_topk_binding.cu",
+    "flashinfer_fast_topk_clusters_binding.cu",
     "logging.cc",
     # segment_packbits: the flashinfer backend packs the verify's custom mask at plan time (prefill.py ->
     # quantization/packbits.py); missing from the first carry, DDTREE/DFLASH verify died at graph capture
-    "quantization.cu", "flashinfer_quantization_binding.cu",
+    "quantization.cu",
+    "flashinfer_quantization_binding.cu",
 ]
 # Headers named only in Python strings (variant_decl in jit/attention/modules.py) or by SGLang's JIT
 # kernel (kernels/jit/csrc/speculative/sampling.cuh: <flashinfer/sampling.cuh>).
 HEADER_SEEDS = [
-    "flashinfer/attention/variants.cuh", "flashinfer/attention/hopper/variants.cuh", "flashinfer/sampling.cuh",
+    "flashinfer/attention/variants.cuh",
+    "flashinfer/attention/hopper/variants.cuh",
+    "flashinfer/sampling.cuh",
 ]
 # Files read by Python at run time (compilation_context.cutlass_supports_sm107).
 READ_FILES = ["flashinfer/data/cutlass/include/cutlass/arch/arch.h"]
 # The include path of FlashInfer's JIT command line (jit/cpp_ext.py build_common_cflags: the vendored CCCL
 # with -I, then -isystem ... include, csrc, cutlass, spdlog); SGLang's deps.py checks the last five exist.
 INCLUDE_DIRS = [
-    "flashinfer/data/cccl/cub", "flashinfer/data/cccl/libcudacxx/include", "flashinfer/data/cccl/thrust",
-    "flashinfer/data/include", "flashinfer/data/csrc", "flashinfer/data/cutlass/include",
-    "flashinfer/data/cutlass/tools/util/include", "flashinfer/data/spdlog/include",
+    "flashinfer/data/cccl/cub",
+    "flashinfer/data/cccl/libcudacxx/include",
+    "flashinfer/data/cccl/thrust",
+    "flashinfer/data/include",
+    "flashinfer/data/csrc",
+    "flashinfer/data/cutlass/include",
+    "flashinfer/data/cutlass/tools/util/include",
+    "flashinfer/data/spdlog/include",
 ]
 INCLUDE_RE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 HAS_INCLUDE_RE = re.compile(r'__has_include[ \t]*\([ \t]*([<"])([^>"\n]+)[>"]')
@@ -120,6 +156,7 @@ PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x8
 
 
 # ----------------------------------------------------------------------------------------------- wheel
+
 
 def fetch_wheel(wheel: Path | None, cache: Path) -> Path:
     """The wheel given, or ``cache/WHEEL_NAME``, downloaded with pip if absent."""
@@ -146,6 +183,7 @@ def read_wheel(path: Path) -> dict[str, bytes]:
 
 
 # ------------------------------------------------------------------------------------------- Python
+
 
 def module_file(files: dict[str, bytes], mod: str) -> str | None:
     base = mod.replace(".", "/")
@@ -214,11 +252,15 @@ def python_closure(files: dict[str, bytes]) -> set[str]:
 def package_siblings(files: dict[str, bytes], py: set[str]) -> set[str]:
     """Non-.py files directly in a folder that holds a kept module (py.typed, small JSON tables)."""
     folders = {str(PurePosixPath(p).parent) for p in py}
-    return {p for p in files if not p.startswith(DATA + "/") and not p.endswith((".py", ".pyc"))
-            and str(PurePosixPath(p).parent) in folders}
+    return {
+        p
+        for p in files
+        if not p.startswith(DATA + "/") and not p.endswith((".py", ".pyc")) and str(PurePosixPath(p).parent) in folders
+    }
 
 
 # ---------------------------------------------------------------------------------------------- C++
+
 
 def resolve_include(files: dict[str, bytes], includer: str, kind: str, name: str) -> str | None:
     cands = [str(PurePosixPath(includer).parent / name)] if kind == '"' else []
@@ -296,6 +338,7 @@ def include_closure(files: dict[str, bytes]) -> tuple[set[str], dict[str, int], 
 
 # ------------------------------------------------------------------------------------------- output
 
+
 def area(path: str) -> str:
     """The manifest bucket of a wheel path."""
     parts = path.split("/")
@@ -329,9 +372,12 @@ def record(files: dict[str, bytes], keep: list[str]) -> bytes:
 # packbits for the verify's custom mask; prebuild_specs below): every csrc file they name, directly or via
 # helpers in the same file, must be a seed, or that build dies on the device.
 GENERATORS = {
-    "flashinfer/jit/attention/modules.py": ["gen_batch_prefill_module", "_gen_batch_prefill_primary_module",
-                                            "gen_batch_decode_module",
-                                            "_gen_batch_prefill_independent_paged_module"],
+    "flashinfer/jit/attention/modules.py": [
+        "gen_batch_prefill_module",
+        "_gen_batch_prefill_primary_module",
+        "gen_batch_decode_module",
+        "_gen_batch_prefill_independent_paged_module",
+    ],
     "flashinfer/jit/cascade.py": ["gen_cascade_module"],
     "flashinfer/jit/sampling.py": ["gen_sampling_module"],
     "flashinfer/jit/quantization.py": ["gen_quantization_module"],
@@ -339,8 +385,11 @@ GENERATORS = {
 CSRC_NAME_SUFFIXES = (".cu", ".cc", ".cuh", ".jinja")
 # Named by those generators, deliberately not carried: the fp8 FA3 prefill (fp8 q/kv only; the harness
 # runs bf16 / fp32 with no --kv-cache-dtype fp8).
-NOT_CARRIED = {"batch_prefill_fp8_sm90.cu", "batch_prefill_fp8_paged_sm90_kernel_inst.jinja",
-               "batch_prefill_fp8_ragged_sm90_kernel_inst.jinja"}
+NOT_CARRIED = {
+    "batch_prefill_fp8_sm90.cu",
+    "batch_prefill_fp8_paged_sm90_kernel_inst.jinja",
+    "batch_prefill_fp8_ragged_sm90_kernel_inst.jinja",
+}
 
 
 def unseeded_sources(files: dict[str, bytes]) -> dict[str, list[str]]:
@@ -359,8 +408,11 @@ def unseeded_sources(files: dict[str, bytes]) -> dict[str, list[str]]:
             seen.add(name)
             node = funcs[name]
             todo += [c.func.id for c in ast.walk(node) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)]
-            named = {c.value for c in ast.walk(node) if isinstance(c, ast.Constant) and isinstance(c.value, str)
-                     and c.value.endswith(CSRC_NAME_SUFFIXES)}
+            named = {
+                c.value
+                for c in ast.walk(node)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str) and c.value.endswith(CSRC_NAME_SUFFIXES)
+            }
             missing = sorted(n for n in named if n not in seeds and f"{DATA}/csrc/{n}" in files)
             if missing:
                 out[f"{path}:{name}"] = missing
@@ -370,24 +422,30 @@ def unseeded_sources(files: dict[str, bytes]) -> dict[str, list[str]]:
 def select(files: dict[str, bytes]) -> tuple[list[str], dict]:
     missing = unseeded_sources(files)
     if missing:
-        raise SystemExit(f"error: JIT sources named by the kept generators but not in CSRC_SEEDS: {missing}; "
-                         "add them to CSRC_SEEDS (tools/sglang_h200/flashinfer_bundle.py) or say why not")
+        raise SystemExit(
+            f"error: JIT sources named by the kept generators but not in CSRC_SEEDS: {missing}; "
+            "add them to CSRC_SEEDS (tools/sglang_h200/flashinfer_bundle.py) or say why not"
+        )
     py = python_closure(files)
     siblings = package_siblings(files, py)
     data, external, macro = include_closure(files)
     dist = {p for p in files if p.startswith(DIST_INFO + "/") and not p.endswith("/RECORD")}
     dist.discard(f"{DIST_INFO}/entry_points.txt")  # the `flashinfer` CLI is not carried (its script is not installed)
     keep = sorted(py | siblings | data | dist)
-    info = {"external_includes": dict(sorted(external.items())),
-            "macro_includes": {k: sorted(set(v)) for k, v in sorted(macro.items())},
-            "python_modules": len(py), "data_files": len(data)}
+    info = {
+        "external_includes": dict(sorted(external.items())),
+        "macro_includes": {k: sorted(set(v)) for k, v in sorted(macro.items())},
+        "python_modules": len(py),
+        "data_files": len(data),
+    }
     return keep, info
 
 
 def summarize(files: dict[str, bytes], keep: list[str]) -> dict:
     kept = set(keep)
-    areas: dict[str, dict] = defaultdict(lambda: {"kept_files": 0, "kept_bytes": 0, "dropped_files": 0,
-                                                   "dropped_bytes": 0, "dropped_because": ""})
+    areas: dict[str, dict] = defaultdict(
+        lambda: {"kept_files": 0, "kept_bytes": 0, "dropped_files": 0, "dropped_bytes": 0, "dropped_because": ""}
+    )
     for p, b in files.items():
         a = areas[area(p)]
         if p in kept:
@@ -434,8 +492,21 @@ def download_deps(specs: list[str], dest: Path) -> list[Path]:
     if not specs:
         return []
     dest.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "-d",
+        str(dest),
+    ]
     for p in PLATFORMS:
         cmd += ["--platform", p]
     if subprocess.run(cmd + specs, timeout=1800).returncode != 0:
@@ -458,13 +529,21 @@ def bundle(args: argparse.Namespace) -> int:
     deps = download_deps(args.dep, args.carry / "wheels")
     kept_bytes = sum(len(files[p]) for p in keep)
     manifest = {
-        "wheel": {"path": str(wheel), "bytes": wheel.stat().st_size, "files": len(files),
-                  "uncompressed_bytes": sum(len(b) for b in files.values())},
-        "output": {"path": dest.name, "bytes": dest.stat().st_size, "files": len(keep) + 1,
-                   "uncompressed_bytes": kept_bytes},
+        "wheel": {
+            "path": str(wheel),
+            "bytes": wheel.stat().st_size,
+            "files": len(files),
+            "uncompressed_bytes": sum(len(b) for b in files.values()),
+        },
+        "output": {"path": dest.name, "bytes": dest.stat().st_size, "files": len(keep) + 1, "uncompressed_bytes": kept_bytes},
         "dep_wheels": {p.name: p.stat().st_size for p in deps},
-        "seeds": {"python": PY_SEEDS, "csrc": CSRC_SEEDS, "headers": HEADER_SEEDS, "read": READ_FILES,
-                  "include_dirs": INCLUDE_DIRS},
+        "seeds": {
+            "python": PY_SEEDS,
+            "csrc": CSRC_SEEDS,
+            "headers": HEADER_SEEDS,
+            "read": READ_FILES,
+            "include_dirs": INCLUDE_DIRS,
+        },
         **info,
         "areas": summarize(files, keep),
         "kept": keep,
@@ -472,8 +551,10 @@ def bundle(args: argparse.Namespace) -> int:
     (args.carry / "flashinfer-manifest.json").write_text(json.dumps(manifest, indent=1) + "\n")
     unpacked = mib(manifest["wheel"]["uncompressed_bytes"])
     print(f"wheel    {wheel.name}: {mib(wheel.stat().st_size)} ({len(files)} files, {unpacked} unpacked)")
-    print(f"kept     {len(keep)} files, {mib(kept_bytes)} unpacked ({info['python_modules']} Python modules, "
-          f"{info['data_files']} JIT sources/headers)")
+    print(
+        f"kept     {len(keep)} files, {mib(kept_bytes)} unpacked ({info['python_modules']} Python modules, "
+        f"{info['data_files']} JIT sources/headers)"
+    )
     print(f"carry    {dest}: {mib(dest.stat().st_size)}")
     for p in deps:
         print(f"dep      {p}: {mib(p.stat().st_size)}")
@@ -482,6 +563,7 @@ def bundle(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------ prebuild (on the device)
+
 
 def prebuild_specs(dtypes: list[str], head_dims: list[int], extra: bool) -> list:
     """The JitSpecs SGLang's flashinfer backend / sampler build for these q/kv dtypes and head dims."""
@@ -503,8 +585,11 @@ def prebuild_specs(dtypes: list[str], head_dims: list[int], extra: bool) -> list
             args = (dt, dt, dt, torch.int32, hd, hd, 0, False, False, False)
             # fa2: paged prefill / verify / tensor-core decode; fa3 (sm90): ragged extend without a custom mask
             # CUDA-core decode: built when the GQA group is < 4 (the trained pair's 4/2)
-            specs += [_gen_batch_prefill_primary_module("fa2", *args), gen_batch_prefill_module("fa3", *args),
-                      gen_batch_decode_module(*args[:-1])]
+            specs += [
+                _gen_batch_prefill_primary_module("fa2", *args),
+                gen_batch_prefill_module("fa3", *args),
+                gen_batch_decode_module(*args[:-1]),
+            ]
             if extra:  # the lazily built independent-stride paged variant
                 specs += [_gen_batch_prefill_independent_paged_module("fa2", *args)]
     # packbits (the verify's custom mask), cascade, sampling
@@ -526,18 +611,34 @@ def prebuild(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0], epilog=__doc__.split("\n\n", 1)[1],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--wheel", type=Path, help=f"the {WHEEL_NAME} to trim (default: --wheel-cache, pip download if absent)")
     ap.add_argument("--wheel-cache", type=Path, default=REPO / ".work" / "flashinfer-wheel")
     ap.add_argument("--carry", type=Path, default=REPO / ".work" / "flashinfer-bundle", help="output folder")
     ap.add_argument("--format", choices=["tar.xz", "wheel"], default="tar.xz")
-    ap.add_argument("--dep", action="append", default=[], metavar="SPEC",
-                    help="also pip download this dependency wheel (cp312 manylinux x86_64) into CARRY/wheels")
-    ap.add_argument("--prebuild", action="store_true",
-                    help="on the device: JIT-compile the modules SGLang builds at engine start (imports flashinfer)")
-    ap.add_argument("--dtype", nargs="+", default=["bfloat16"], choices=["bfloat16", "float16"],
-                    help="--prebuild: q/kv dtypes (FlashInfer has no float32 attention)")
+    ap.add_argument(
+        "--dep",
+        action="append",
+        default=[],
+        metavar="SPEC",
+        help="also pip download this dependency wheel (cp312 manylinux x86_64) into CARRY/wheels",
+    )
+    ap.add_argument(
+        "--prebuild",
+        action="store_true",
+        help="on the device: JIT-compile the modules SGLang builds at engine start (imports flashinfer)",
+    )
+    ap.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["bfloat16"],
+        choices=["bfloat16", "float16"],
+        help="--prebuild: q/kv dtypes (FlashInfer has no float32 attention)",
+    )
     ap.add_argument("--head-dim", nargs="+", type=int, default=[128], help="--prebuild: head dims")
     ap.add_argument("--extra", action="store_true", help="--prebuild: also the independent-stride paged prefill")
     ap.add_argument("--verbose", action="store_true", help="--prebuild: show ninja's output")

@@ -51,10 +51,18 @@ BINDINGS = [
     ("sglang.srt.layers.layernorm", "fused_add_rmsnorm", "sgl_kernel", "fused_add_rmsnorm"),
     # activation.py:62: the sgl_kernel op for hidden sizes the JIT kernel cannot vectorize (:85-96)
     ("sglang.srt.layers.activation", "_sgl_silu_and_mul", "sgl_kernel", "silu_and_mul"),
-    ("sglang.srt.layers.attention.triton_backend", "is_arch_support_pdl", "sgl_kernel.utils",
-     "is_arch_support_pdl"),  # triton_backend.py:71
-    ("sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor", "weak_ref_tensor", "sgl_kernel",
-     "weak_ref_tensor"),  # weak_ref_tensor.py:8
+    (
+        "sglang.srt.layers.attention.triton_backend",
+        "is_arch_support_pdl",
+        "sgl_kernel.utils",
+        "is_arch_support_pdl",
+    ),  # triton_backend.py:71
+    (
+        "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",
+        "weak_ref_tensor",
+        "sgl_kernel",
+        "weak_ref_tensor",
+    ),  # weak_ref_tensor.py:8
 ]
 
 

@@ -30,20 +30,40 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 LIMIT = 60 * 1024 * 1024
-PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_27_x86_64", "manylinux_2_28_x86_64", "manylinux_2_31_x86_64",
-             "manylinux_2_34_x86_64", "manylinux_2_35_x86_64", "manylinux1_x86_64"]
+PLATFORMS = [
+    "manylinux_2_17_x86_64",
+    "manylinux2014_x86_64",
+    "manylinux_2_24_x86_64",
+    "manylinux_2_27_x86_64",
+    "manylinux_2_28_x86_64",
+    "manylinux_2_31_x86_64",
+    "manylinux_2_34_x86_64",
+    "manylinux_2_35_x86_64",
+    "manylinux1_x86_64",
+]
 
 
 def wheel_specs() -> list[str]:
-    return [ln.strip() for ln in (HERE / "wheels.txt").read_text().splitlines()
-            if ln.strip() and not ln.lstrip().startswith("#")]
+    return [ln.strip() for ln in (HERE / "wheels.txt").read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
 def download_wheels(cache: Path) -> list[Path]:
     cache.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-           "--python-version", "3.12", "--implementation", "cp", "-d", str(cache)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        "3.12",
+        "--implementation",
+        "cp",
+        "-d",
+        str(cache),
+    ]
     for p in PLATFORMS:
         cmd += ["--platform", p]
     specs = wheel_specs()
@@ -83,10 +103,14 @@ def make(out: Path, wheel_cache: Path) -> Path:
     shutil.copytree(HERE, harness, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     if size > LIMIT:
-        raise SystemExit(f"error: the bundle is {size / 2**20:.1f} MiB, over the device tool's 64 MiB\n"
-                         f"fix: drop wheels from tools/sglang_h200/wheels.txt or exclude more of sglang/")
-    print(f"{out}: {size / 2**20:.1f} MiB (sglang {tar.stat().st_size / 2**20:.1f} MiB, "
-          f"{len(list(wheels.iterdir()))} wheels)", file=sys.stderr)
+        raise SystemExit(
+            f"error: the bundle is {size / 2**20:.1f} MiB, over the device tool's 64 MiB\n"
+            f"fix: drop wheels from tools/sglang_h200/wheels.txt or exclude more of sglang/"
+        )
+    print(
+        f"{out}: {size / 2**20:.1f} MiB (sglang {tar.stat().st_size / 2**20:.1f} MiB, {len(list(wheels.iterdir()))} wheels)",
+        file=sys.stderr,
+    )
     return out
 
 
@@ -113,8 +137,9 @@ def make_before(out: Path, ref: str) -> Path:
                 info.size = len(fr.result)
                 info.mode = 0o644
                 tf.addfile(info, io.BytesIO(fr.result))
-    (out / "before.ref").write_text(subprocess.run(
-        ["git", "-C", str(REPO), "rev-parse", ref], check=True, capture_output=True, text=True).stdout)
+    (out / "before.ref").write_text(
+        subprocess.run(["git", "-C", str(REPO), "rev-parse", ref], check=True, capture_output=True, text=True).stdout
+    )
     return dest
 
 

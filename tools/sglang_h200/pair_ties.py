@@ -40,8 +40,17 @@ def divergences(all_cases: dict[str, dict]) -> list[dict]:
                 if o != p:
                     k = next((j for j, (x, y) in enumerate(zip(o, p)) if x != y), min(len(o), len(p)))
                     if k < min(len(o), len(p)):
-                        rows.append({"case": name, "batch": r["batch"], "prompt": i, "k": k,
-                                     "speculative": o[k], "target_only": p[k], "prefix": p[:k]})
+                        rows.append(
+                            {
+                                "case": name,
+                                "batch": r["batch"],
+                                "prompt": i,
+                                "k": k,
+                                "speculative": o[k],
+                                "target_only": p[k],
+                                "prefix": p[:k],
+                            }
+                        )
     return rows
 
 
@@ -56,8 +65,10 @@ def main(argv: list[str] | None = None) -> int:
 
     prompts = [p["input_ids"] for p in json.loads((args.pair / "heldout_prompts.json").read_text())]
     rows = divergences(cases(args.runs))
-    models = {n: AutoModelForCausalLM.from_pretrained(str(args.pair / "target"), dtype=dt).eval()
-              for n, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))}
+    models = {
+        n: AutoModelForCausalLM.from_pretrained(str(args.pair / "target"), dtype=dt).eval()
+        for n, dt in (("fp32", torch.float32), ("bf16", torch.bfloat16))
+    }
     for row in rows:
         ids = torch.tensor([prompts[row["prompt"]] + row.pop("prefix")])
         disputed = sorted([row["speculative"], row["target_only"]])
@@ -75,11 +86,16 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted({r["case"] for r in rows})
     shared = sorted(k for k, v in seen.items() if len(v) == len(names))
     args.out.write_text(json.dumps({"rows": rows, "shared_by_every_case": shared, "cases": names}, indent=1))
-    print("| case | batch | prompt | first diff k | speculative | target-only | fp32: both within of best | bf16: both within of best |")
+    print(
+        "| case | batch | prompt | first diff k | speculative | target-only "
+        "| fp32: both within of best | bf16: both within of best |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['case']} | {r['batch']} | {r['prompt']} | {r['k']} | {r['speculative']} | {r['target_only']} | "
-              f"{max(r['fp32_below_best']):.4f} | {max(r['bf16_below_best']):.4f} |")
+        print(
+            f"| {r['case']} | {r['batch']} | {r['prompt']} | {r['k']} | {r['speculative']} | {r['target_only']} | "
+            f"{max(r['fp32_below_best']):.4f} | {max(r['bf16_below_best']):.4f} |"
+        )
     return 0
 
 

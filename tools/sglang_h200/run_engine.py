@@ -32,15 +32,38 @@ import time
 import traceback
 from pathlib import Path
 
-TINY = dict(vocab_size=12, hidden_size=64, intermediate_size=128, num_hidden_layers=3,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-            max_position_embeddings=2048, rms_norm_eps=1e-6, rope_theta=10000.0,
-            tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+TINY = dict(
+    vocab_size=12,
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=3,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=2048,
+    rms_norm_eps=1e-6,
+    rope_theta=10000.0,
+    tie_word_embeddings=False,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
 TINY_BLOCK = 8
-Q8B = dict(vocab_size=151936, hidden_size=4096, intermediate_size=12288, num_hidden_layers=36,
-           num_attention_heads=32, num_key_value_heads=8, head_dim=128,
-           max_position_embeddings=40960, rms_norm_eps=1e-6, rope_theta=1000000.0,
-           tie_word_embeddings=False, bos_token_id=151643, eos_token_id=151645)
+Q8B = dict(
+    vocab_size=151936,
+    hidden_size=4096,
+    intermediate_size=12288,
+    num_hidden_layers=36,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rms_norm_eps=1e-6,
+    rope_theta=1000000.0,
+    tie_word_embeddings=False,
+    bos_token_id=151643,
+    eos_token_id=151645,
+)
 Q8B_DRAFT_LAYERS = 5
 Q8B_BLOCK = 16
 Q8B_TARGET_LAYERS = [1, 9, 17, 25, 33]
@@ -58,9 +81,18 @@ def _tokenizer(dest: Path, vocab: int) -> None:
     tok = Tokenizer(models.WordLevel(vocab=words, unk_token="t0"))
     tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
     tok.save(str(dest / "tokenizer.json"))
-    (dest / "tokenizer_config.json").write_text(json.dumps({
-        "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "t1", "eos_token": "t2",
-        "pad_token": "t0", "unk_token": "t0", "model_max_length": 1 << 20}))
+    (dest / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "tokenizer_class": "PreTrainedTokenizerFast",
+                "bos_token": "t1",
+                "eos_token": "t2",
+                "pad_token": "t0",
+                "unk_token": "t0",
+                "model_max_length": 1 << 20,
+            }
+        )
+    )
 
 
 def make_tiny_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
@@ -72,7 +104,7 @@ def make_tiny_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
     for d in (target, draft):
         d.mkdir(parents=True, exist_ok=True)
     g = torch.Generator().manual_seed(seed)
-    H, I, V, L = TINY["hidden_size"], TINY["intermediate_size"], TINY["vocab_size"], TINY["num_hidden_layers"]
+    H, FF, V, L = TINY["hidden_size"], TINY["intermediate_size"], TINY["vocab_size"], TINY["num_hidden_layers"]
     nh, nkv, hd = TINY["num_attention_heads"], TINY["num_key_value_heads"], TINY["head_dim"]
 
     def w(*shape, scale=1.0):
@@ -80,28 +112,47 @@ def make_tiny_models(root: Path, seed: int = 0) -> tuple[Path, Path]:
 
     def layer(prefix: str) -> dict:
         return {
-            f"{prefix}.self_attn.q_proj.weight": w(nh * hd, H), f"{prefix}.self_attn.k_proj.weight": w(nkv * hd, H),
-            f"{prefix}.self_attn.v_proj.weight": w(nkv * hd, H), f"{prefix}.self_attn.o_proj.weight": w(H, nh * hd),
-            f"{prefix}.self_attn.q_norm.weight": torch.ones(hd), f"{prefix}.self_attn.k_norm.weight": torch.ones(hd),
-            f"{prefix}.mlp.gate_proj.weight": w(I, H), f"{prefix}.mlp.up_proj.weight": w(I, H),
-            f"{prefix}.mlp.down_proj.weight": w(H, I),
-            f"{prefix}.input_layernorm.weight": torch.ones(H), f"{prefix}.post_attention_layernorm.weight": torch.ones(H),
+            f"{prefix}.self_attn.q_proj.weight": w(nh * hd, H),
+            f"{prefix}.self_attn.k_proj.weight": w(nkv * hd, H),
+            f"{prefix}.self_attn.v_proj.weight": w(nkv * hd, H),
+            f"{prefix}.self_attn.o_proj.weight": w(H, nh * hd),
+            f"{prefix}.self_attn.q_norm.weight": torch.ones(hd),
+            f"{prefix}.self_attn.k_norm.weight": torch.ones(hd),
+            f"{prefix}.mlp.gate_proj.weight": w(FF, H),
+            f"{prefix}.mlp.up_proj.weight": w(FF, H),
+            f"{prefix}.mlp.down_proj.weight": w(H, FF),
+            f"{prefix}.input_layernorm.weight": torch.ones(H),
+            f"{prefix}.post_attention_layernorm.weight": torch.ones(H),
         }
 
-    tw = {"model.embed_tokens.weight": w(V, H, scale=H ** 0.5), "model.norm.weight": torch.ones(H),
-          "lm_head.weight": w(V, H, scale=4.0)}
+    tw = {
+        "model.embed_tokens.weight": w(V, H, scale=H**0.5),
+        "model.norm.weight": torch.ones(H),
+        "lm_head.weight": w(V, H, scale=4.0),
+    }
     for i in range(L):
         tw.update(layer(f"model.layers.{i}"))
     save_file(tw, str(target / "model.safetensors"))
-    (target / "config.json").write_text(json.dumps(dict(TINY, architectures=["Qwen3ForCausalLM"],
-                                                        model_type="qwen3", torch_dtype="float32")))
+    (target / "config.json").write_text(
+        json.dumps(dict(TINY, architectures=["Qwen3ForCausalLM"], model_type="qwen3", torch_dtype="float32"))
+    )
     dw = {"norm.weight": torch.ones(H), "hidden_norm.weight": torch.ones(H), "fc.weight": w(H, 2 * H)}
     dw.update(layer("layers.0"))
     save_file(dw, str(draft / "model.safetensors"))
-    (draft / "config.json").write_text(json.dumps(dict(
-        TINY, architectures=["DFlashDraftModel"], model_type="qwen3", torch_dtype="float32",
-        num_hidden_layers=1, block_size=TINY_BLOCK, num_target_layers=L,
-        dflash_config={"mask_token_id": V - 1, "target_layer_ids": [0, 1]})))
+    (draft / "config.json").write_text(
+        json.dumps(
+            dict(
+                TINY,
+                architectures=["DFlashDraftModel"],
+                model_type="qwen3",
+                torch_dtype="float32",
+                num_hidden_layers=1,
+                block_size=TINY_BLOCK,
+                num_target_layers=L,
+                dflash_config={"mask_token_id": V - 1, "target_layer_ids": [0, 1]},
+            )
+        )
+    )
     for d in (target, draft):
         _tokenizer(d, V)
     return target, draft
@@ -112,12 +163,23 @@ def make_8b_configs(root: Path) -> tuple[Path, Path]:
     target, draft = root / "q8b-target", root / "q8b-draft"
     for d in (target, draft):
         d.mkdir(parents=True, exist_ok=True)
-    (target / "config.json").write_text(json.dumps(dict(Q8B, architectures=["Qwen3ForCausalLM"],
-                                                        model_type="qwen3", torch_dtype="bfloat16")))
-    (draft / "config.json").write_text(json.dumps(dict(
-        Q8B, architectures=["DFlashDraftModel"], model_type="qwen3", torch_dtype="bfloat16",
-        num_hidden_layers=Q8B_DRAFT_LAYERS, block_size=Q8B_BLOCK, num_target_layers=Q8B["num_hidden_layers"],
-        dflash_config={"mask_token_id": 151669, "target_layer_ids": Q8B_TARGET_LAYERS})))
+    (target / "config.json").write_text(
+        json.dumps(dict(Q8B, architectures=["Qwen3ForCausalLM"], model_type="qwen3", torch_dtype="bfloat16"))
+    )
+    (draft / "config.json").write_text(
+        json.dumps(
+            dict(
+                Q8B,
+                architectures=["DFlashDraftModel"],
+                model_type="qwen3",
+                torch_dtype="bfloat16",
+                num_hidden_layers=Q8B_DRAFT_LAYERS,
+                block_size=Q8B_BLOCK,
+                num_target_layers=Q8B["num_hidden_layers"],
+                dflash_config={"mask_token_id": 151669, "target_layer_ids": Q8B_TARGET_LAYERS},
+            )
+        )
+    )
     for d in (target, draft):
         _tokenizer(d, 64)  # only for the tokenizer manager's start; requests pass input_ids
     return target, draft
@@ -131,20 +193,41 @@ DDTREE_GRAPH_ARGS: list[str] = []  # --ddtree-graph-args: extra flags for the DD
 BACKENDS = {"attention": "triton", "sampling": "pytorch"}
 
 
-def server_argv(target: Path, draft: Path | None, algo: str, graphs: bool, dtype: str,
-                budget: int | None, extra: list[str]) -> list[str]:
-    argv = ["--model-path", str(target), "--device", "cuda", "--dtype", dtype,
-            "--attention-backend", BACKENDS["attention"], "--trust-remote-code", "--random-seed", "0",
-            "--mem-fraction-static", "0.75", "--log-level", "warning",
-            "--sampling-backend", BACKENDS["sampling"]]
+def server_argv(
+    target: Path, draft: Path | None, algo: str, graphs: bool, dtype: str, budget: int | None, extra: list[str]
+) -> list[str]:
+    argv = [
+        "--model-path",
+        str(target),
+        "--device",
+        "cuda",
+        "--dtype",
+        dtype,
+        "--attention-backend",
+        BACKENDS["attention"],
+        "--trust-remote-code",
+        "--random-seed",
+        "0",
+        "--mem-fraction-static",
+        "0.75",
+        "--log-level",
+        "warning",
+        "--sampling-backend",
+        BACKENDS["sampling"],
+    ]
     if not graphs:
         # Both spellings: the legacy boolean alone does not turn the decode graph off once
         # cuda_graph_config is resolved (issue 9); the per-phase backends do.
-        argv += ["--disable-cuda-graph", "--cuda-graph-backend-decode", "disabled",
-                 "--cuda-graph-backend-prefill", "disabled"]
+        argv += ["--disable-cuda-graph", "--cuda-graph-backend-decode", "disabled", "--cuda-graph-backend-prefill", "disabled"]
     if algo != "plain":
-        argv += ["--speculative-algorithm", algo, "--speculative-draft-model-path", str(draft),
-                 "--speculative-draft-attention-backend", BACKENDS["attention"]]
+        argv += [
+            "--speculative-algorithm",
+            algo,
+            "--speculative-draft-model-path",
+            str(draft),
+            "--speculative-draft-attention-backend",
+            BACKENDS["attention"],
+        ]
     if algo == "DDTREE":
         argv += ["--speculative-ddtree-budget", str(budget)]
         if graphs:
@@ -186,16 +269,21 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
         engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp0, max_new_tokens=4))  # warm
         for temp, prompts in [(t, p) for t in temps for p in prompts_by_batch]:
             mixed = temp == "mixed"  # T = 1, one batch mixing top-k / top-p / min-p / plain requests
-            sp = [dict(sp0, temperature=1.0, **MIXED[i % len(MIXED)]) for i in range(len(prompts))] if mixed \
+            sp = (
+                [dict(sp0, temperature=1.0, **MIXED[i % len(MIXED)]) for i in range(len(prompts))]
+                if mixed
                 else dict(sp0, temperature=temp)
+            )
             # One unmeasured full generation first: the first use of a batch shape compiles Triton
             # kernels (seen on the H200: a prefill-only reference that took longer than the full
             # generation after it). Then the prefill-only reference (1 new token) and the measured
             # full generation: the difference is decode.
             engine.generate(input_ids=prompts, sampling_params=sp)
             t1 = time.perf_counter()
-            engine.generate(input_ids=prompts, sampling_params=[dict(x, max_new_tokens=1) for x in sp] if mixed
-                            else dict(sp, max_new_tokens=1))
+            engine.generate(
+                input_ids=prompts,
+                sampling_params=[dict(x, max_new_tokens=1) for x in sp] if mixed else dict(sp, max_new_tokens=1),
+            )
             prefill_s = time.perf_counter() - t1
             before = _read_probe(probe) if probe else None
             t1 = time.perf_counter()
@@ -206,30 +294,45 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
             metas = [o.get("meta_info", {}) for o in outs]
             verify = [int(m.get("spec_verify_ct") or 0) for m in metas]
             steps = max(verify) or (max_new_tokens - 1)
-            res["runs"].append({
-                "batch": len(prompts), "temperature": 1.0 if mixed else temp, "mixed": mixed,
-                "wall_s": wall_s, "prefill_s": prefill_s,
-                "decode_steps": steps,
-                "ms_per_step": 1000.0 * max(wall_s - prefill_s, 0.0) / max(steps, 1),
-                "tokens": sum(len(x) for x in ids), "output_ids": ids,
-                # decode tokens per second of the whole batch (the prefill-only call's time taken off)
-                "decode_tok_s": sum(len(x) - 1 for x in ids) / max(wall_s - prefill_s, 1e-9),
-                # tau: tokens per verify step, the first token (from prefill) left out
-                "tau": (sum(len(x) - 1 for x in ids) / sum(verify)) if sum(verify) else None,
-                "accept_len": [m.get("spec_accept_length") for m in metas], "verify_ct": verify,
-                # --speculative-ddtree-budget auto: how many request-steps ran each budget
-                "budgets": _count(b for m in metas for b in (m.get("ddtree_budget") or [])),
-            })
+            res["runs"].append(
+                {
+                    "batch": len(prompts),
+                    "temperature": 1.0 if mixed else temp,
+                    "mixed": mixed,
+                    "wall_s": wall_s,
+                    "prefill_s": prefill_s,
+                    "decode_steps": steps,
+                    "ms_per_step": 1000.0 * max(wall_s - prefill_s, 0.0) / max(steps, 1),
+                    "tokens": sum(len(x) for x in ids),
+                    "output_ids": ids,
+                    # decode tokens per second of the whole batch (the prefill-only call's time taken off)
+                    "decode_tok_s": sum(len(x) - 1 for x in ids) / max(wall_s - prefill_s, 1e-9),
+                    # tau: tokens per verify step, the first token (from prefill) left out
+                    "tau": (sum(len(x) - 1 for x in ids) / sum(verify)) if sum(verify) else None,
+                    "accept_len": [m.get("spec_accept_length") for m in metas],
+                    "verify_ct": verify,
+                    # --speculative-ddtree-budget auto: how many request-steps ran each budget
+                    "budgets": _count(b for m in metas for b in (m.get("ddtree_budget") or [])),
+                }
+            )
             if probe:
                 n = after[0] - before[0]
                 res["runs"][-1]["probe"] = {
-                    "decode_steps": n, "build_ms": 1000 * (after[1] - before[1]) / max(n, 1),
-                    "step_ms": 1000 * (after[2] - before[2]) / max(n, 1)}
+                    "decode_steps": n,
+                    "build_ms": 1000 * (after[1] - before[1]) / max(n, 1),
+                    "step_ms": 1000 * (after[2] - before[2]) / max(n, 1),
+                }
         prof = os.environ.get("H200_PROFILE_DIR")
         if prof:  # a torch profiler trace of a few decode steps at the middle batch (SGLang's own profiler)
             prompts = prompts_by_batch[len(prompts_by_batch) // 2]
-            engine.start_profile(output_dir=prof, num_steps=8, activities=["CPU", "GPU"],
-                                 with_stack=False, record_shapes=False, profile_prefix=f"bs{len(prompts)}")
+            engine.start_profile(
+                output_dir=prof,
+                num_steps=8,
+                activities=["CPU", "GPU"],
+                with_stack=False,
+                record_shapes=False,
+                profile_prefix=f"bs{len(prompts)}",
+            )
             engine.generate(input_ids=prompts, sampling_params=dict(sp0, max_new_tokens=12))
             res["profile_dir"] = prof
         engine.shutdown()
@@ -265,8 +368,7 @@ def run_case(name, argv, prompts_by_batch, max_new_tokens, timeout, env=None, te
     result.update(name=name, argv=argv, case_s=round(time.perf_counter() - t0, 1))
     line = {k: v for k, v in result.items() if k != "argv"}
     if "ok" in line:
-        line["ok"] = {**line["ok"], "runs": [{k: v for k, v in r.items() if k != "output_ids"}
-                                             for r in line["ok"]["runs"]]}
+        line["ok"] = {**line["ok"], "runs": [{k: v for k, v in r.items() if k != "output_ids"} for r in line["ok"]["runs"]]}
     trace = line.pop("trace", None)
     print("CASE " + json.dumps(line), flush=True)
     if SINK is not None:  # written after every case: a run cut short still leaves its finished cases
@@ -300,8 +402,9 @@ def part_equal(root: Path, args) -> dict:
     for name, algo, graphs, budget in cases:
         if args.only and name not in args.only:
             continue
-        argv = server_argv(target, draft, algo, graphs, "float32", budget,
-                           ["--context-length", "1024", "--cuda-graph-max-bs-decode", "8"])
+        argv = server_argv(
+            target, draft, algo, graphs, "float32", budget, ["--context-length", "1024", "--cuda-graph-max-bs-decode", "8"]
+        )
         # the first engine also compiles SGLang's JIT kernels (nvcc), cached for the others
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
         out[name] = run_case(name, argv, prompts, args.max_new_tokens, timeout)
@@ -333,14 +436,33 @@ def part_time(root: Path, args) -> dict:
     cases += [(f"ddtree-B{b}-nographs-probe", "DDTREE", False, b) for b in (16, 64, 256)]
     # Prefill graphs off in every time case: decode step time is what is measured, and on the 8B shape the
     # prefill graph capture ran out of memory at --mem-fraction-static 0.75 (H200, 2026-12-03).
-    extra = ["--load-format", "dummy", "--speculative-draft-load-format", "dummy", "--context-length", "4096",
-             "--max-running-requests", "32", "--cuda-graph-max-bs-decode", "32", "--cuda-graph-backend-prefill", "disabled"]
+    extra = [
+        "--load-format",
+        "dummy",
+        "--speculative-draft-load-format",
+        "dummy",
+        "--context-length",
+        "4096",
+        "--max-running-requests",
+        "32",
+        "--cuda-graph-max-bs-decode",
+        "32",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+    ]
     out = {}
     for name, algo, graphs, budget in cases:
         if args.only and name not in args.only:
             continue
-        argv = server_argv(target, draft, algo, graphs, "bfloat16", budget,
-                           extra + (["--disable-overlap-schedule"] if name.endswith("-sync") else []))
+        argv = server_argv(
+            target,
+            draft,
+            algo,
+            graphs,
+            "bfloat16",
+            budget,
+            extra + (["--disable-overlap-schedule"] if name.endswith("-sync") else []),
+        )
         timeout = args.case_timeout if out else max(args.case_timeout, 420)
         first = not out
         env = {"H200_TIME_BUILDER": f"/tmp/h200-probe-{name}"} if name.endswith("-probe") else {}
@@ -363,8 +485,16 @@ def part_pair(root: Path, args) -> dict:
     prompts = [prompts_all[:bs] for bs in (1, 8, 32)]
     cases = [("target-only", "plain", None), ("dflash", "DFLASH", None)]
     cases += [(f"ddtree-B{b}", "DDTREE", b) for b in PAIR_BUDGETS]
-    extra = ["--context-length", "2048", "--max-running-requests", "32", "--cuda-graph-max-bs-decode", "32",
-             "--cuda-graph-backend-prefill", "disabled"]
+    extra = [
+        "--context-length",
+        "2048",
+        "--max-running-requests",
+        "32",
+        "--cuda-graph-max-bs-decode",
+        "32",
+        "--cuda-graph-backend-prefill",
+        "disabled",
+    ]
     out = {}
     for name, algo, budget in cases:
         if args.only and name not in args.only:
@@ -378,8 +508,7 @@ def part_pair(root: Path, args) -> dict:
     ref = out.get("target-only", {}).get("ok")
     for name, r in out.items():
         if "ok" in r and ref and name != "target-only":
-            greedy = [(a["output_ids"], b["output_ids"]) for a, b in zip(r["ok"]["runs"], ref["runs"])
-                      if a["temperature"] == 0.0]
+            greedy = [(a["output_ids"], b["output_ids"]) for a, b in zip(r["ok"]["runs"], ref["runs"]) if a["temperature"] == 0.0]
             r["equal_to_plain"] = all(a == b for a, b in greedy)
             print(f"EQUAL {name} {r['equal_to_plain']}", flush=True)
     return {r["name"]: r for r in out.values()}
@@ -394,19 +523,38 @@ def main(argv=None) -> int:
     ap.add_argument("--case-timeout", type=int, default=240)
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--pair", type=Path, help="--part pair: the trained pair (target/, draft/, heldout_prompts.json)")
-    ap.add_argument("--pair-dtype", default="float32",
-                    help="--part pair: engine dtype (float32: T = 0 equality is not blurred by bf16 near-ties)")
-    ap.add_argument("--mixed", action="store_true", default=os.environ.get("PAIR_MIXED") == "1",
-                    help="--part pair: also a T = 1 pass whose batch mixes top-k / top-p / min-p requests")
-    ap.add_argument("--ddtree-graph-args", default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
-                    help="extra engine flags for the ddtree-B*-graphs cases (graphs are DDTREE's default with "
-                         "triton since patch 0014; e.g. --speculative-ddtree-cuda-graph to say so explicitly)")
-    ap.add_argument("--attention-backend", default=os.environ.get("H200_ATTENTION_BACKEND", "triton"),
-                    choices=["triton", "flashinfer"], help="target and drafter (flashinfer: h200.sh with FlashInfer carried)")
-    ap.add_argument("--sampling-backend", default=os.environ.get("H200_SAMPLING_BACKEND", "pytorch"),
-                    choices=["pytorch", "flashinfer"], help="SGLang's sampler at T > 0 (greedy is argmax either way)")
-    ap.add_argument("--profile", nargs="*", default=[],
-                    help="cases (time part) that also record a torch profiler trace of 8 decode steps")
+    ap.add_argument(
+        "--pair-dtype",
+        default="float32",
+        help="--part pair: engine dtype (float32: T = 0 equality is not blurred by bf16 near-ties)",
+    )
+    ap.add_argument(
+        "--mixed",
+        action="store_true",
+        default=os.environ.get("PAIR_MIXED") == "1",
+        help="--part pair: also a T = 1 pass whose batch mixes top-k / top-p / min-p requests",
+    )
+    ap.add_argument(
+        "--ddtree-graph-args",
+        default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
+        help="extra engine flags for the ddtree-B*-graphs cases (graphs are DDTREE's default with "
+        "triton since patch 0014; e.g. --speculative-ddtree-cuda-graph to say so explicitly)",
+    )
+    ap.add_argument(
+        "--attention-backend",
+        default=os.environ.get("H200_ATTENTION_BACKEND", "triton"),
+        choices=["triton", "flashinfer"],
+        help="target and drafter (flashinfer: h200.sh with FlashInfer carried)",
+    )
+    ap.add_argument(
+        "--sampling-backend",
+        default=os.environ.get("H200_SAMPLING_BACKEND", "pytorch"),
+        choices=["pytorch", "flashinfer"],
+        help="SGLang's sampler at T > 0 (greedy is argmax either way)",
+    )
+    ap.add_argument(
+        "--profile", nargs="*", default=[], help="cases (time part) that also record a torch profiler trace of 8 decode steps"
+    )
     ap.add_argument("--profile-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prof")
     args = ap.parse_args(argv)
     import shlex

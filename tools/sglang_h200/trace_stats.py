@@ -23,8 +23,15 @@ import statistics
 import sys
 from pathlib import Path
 
-LAUNCH = {"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx", "cuLaunchKernel",
-          "cudaGraphLaunch", "cudaMemcpyAsync", "cudaMemsetAsync"}
+LAUNCH = {
+    "cudaLaunchKernel",
+    "cudaLaunchKernelExC",
+    "cuLaunchKernelEx",
+    "cuLaunchKernel",
+    "cudaGraphLaunch",
+    "cudaMemcpyAsync",
+    "cudaMemsetAsync",
+}
 GPU = {"kernel", "gpu_memcpy", "gpu_memset"}
 
 
@@ -62,9 +69,16 @@ def step_stats(events: list) -> dict:
         lo, hi = starts[i], starts[i + 1]
         ln = [e for e in launches if lo <= e["ts"] < hi]
         busy = _union(gpu, lo, hi)
-        rows.append({"wall_ms": (hi - lo) / 1e3, "gpu_busy_ms": busy / 1e3, "gpu_idle_ms": (hi - lo - busy) / 1e3,
-                     "launches": len(ln), "graphs": sum(e["name"] == "cudaGraphLaunch" for e in ln),
-                     "run_batch_ms": decode_runs[i]["dur"] / 1e3})
+        rows.append(
+            {
+                "wall_ms": (hi - lo) / 1e3,
+                "gpu_busy_ms": busy / 1e3,
+                "gpu_idle_ms": (hi - lo - busy) / 1e3,
+                "launches": len(ln),
+                "graphs": sum(e["name"] == "cudaGraphLaunch" for e in ln),
+                "run_batch_ms": decode_runs[i]["dur"] / 1e3,
+            }
+        )
     if not rows:
         return {"steps": 0}
     out = {"steps": len(rows)}
@@ -88,8 +102,10 @@ def main(argv=None) -> int:
         if not s["steps"]:
             print(f"| {p} | 0 | - | - | - | - | - | - |")
             continue
-        print(f"| {p} | {s['steps']} | {s['wall_ms']:.2f} | {s['gpu_busy_ms']:.2f} | {s['gpu_idle_ms']:.2f} | "
-              f"{s['launches']:.0f} | {s['graphs']:.0f} | {s['run_batch_ms']:.2f} |")
+        print(
+            f"| {p} | {s['steps']} | {s['wall_ms']:.2f} | {s['gpu_busy_ms']:.2f} | {s['gpu_idle_ms']:.2f} | "
+            f"{s['launches']:.0f} | {s['graphs']:.0f} | {s['run_batch_ms']:.2f} |"
+        )
     return 0
 
 

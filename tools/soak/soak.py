@@ -62,27 +62,37 @@ def _load(path: Path):
 def _model_facts(model: Path) -> tuple[int, tuple[int, ...]]:
     cfg = json.loads((model / "config.json").read_text())
     vocab = int(cfg["vocab_size"])
-    special = {i for i in (cfg.get("eos_token_id"), cfg.get("bos_token_id"), cfg.get("pad_token_id"))
-               if isinstance(i, int)}
+    special = {i for i in (cfg.get("eos_token_id"), cfg.get("bos_token_id"), cfg.get("pad_token_id")) if isinstance(i, int)}
     return vocab, tuple(sorted(special))
 
 
 def engine_kwargs(args, *, ddtree: bool) -> dict:
-    kw = dict(model_path=str(args.model), device=args.device, dtype=args.dtype,
-              attention_backend=args.attention_backend, max_total_tokens=args.max_total_tokens,
-              max_running_requests=args.max_running_requests, context_length=args.context_length,
-              random_seed=0, log_level="warning", skip_server_warmup=True,
-              disable_cuda_graph=not args.cuda_graphs)
+    kw = dict(
+        model_path=str(args.model),
+        device=args.device,
+        dtype=args.dtype,
+        attention_backend=args.attention_backend,
+        max_total_tokens=args.max_total_tokens,
+        max_running_requests=args.max_running_requests,
+        context_length=args.context_length,
+        random_seed=0,
+        log_level="warning",
+        skip_server_warmup=True,
+        disable_cuda_graph=not args.cuda_graphs,
+    )
     if ddtree:
-        kw.update(speculative_algorithm=args.algorithm, speculative_draft_model_path=str(args.draft),
-                  speculative_draft_attention_backend=args.attention_backend)
+        kw.update(
+            speculative_algorithm=args.algorithm,
+            speculative_draft_model_path=str(args.draft),
+            speculative_draft_attention_backend=args.attention_backend,
+        )
         if args.algorithm == "DDTREE":
             kw["speculative_ddtree_budget"] = args.budget
             if args.topk_cap is not None:
                 kw["speculative_ddtree_topk_cap"] = args.topk_cap
     for item in args.engine_arg:
         k, v = item.split("=", 1)
-        kw[k.replace("-", "_")] = json.loads(v) if v[:1] in "0123456789[{tf\"-" else v
+        kw[k.replace("-", "_")] = json.loads(v) if v[:1] in '0123456789[{tf"-' else v
     return kw
 
 
@@ -91,8 +101,13 @@ def run_engine(job: dict, out: Path, name: str, env: dict, timeout_s: float) -> 
     job_path.write_text(json.dumps(job))
     res_path.unlink(missing_ok=True)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, str(HERE / "soak_engine.py"), str(job_path), str(res_path)],
-                                stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, str(HERE / "soak_engine.py"), str(job_path), str(res_path)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -104,15 +119,19 @@ def run_engine(job: dict, out: Path, name: str, env: dict, timeout_s: float) -> 
         pass
     text = log_path.read_text(errors="replace")
     if not res_path.is_file():
-        return {"ok": False, "error": f"{name} engine process ended (rc {proc.returncode}) without a "
-                                      f"result; log {log_path}"}, text
+        return {
+            "ok": False,
+            "error": f"{name} engine process ended (rc {proc.returncode}) without a result; log {log_path}",
+        }, text
     return json.loads(res_path.read_text()), text
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__.split("\n\n", 1)[1],
+    )
     ap.add_argument("--out", type=Path, required=True, help="output directory (created)")
     ap.add_argument("--cpu", action="store_true", help="the real-engine suite's CPU environment and tiny models")
     ap.add_argument("--model", type=Path, help="target checkpoint dir (default with --cpu: the tiny target)")
@@ -120,15 +139,18 @@ def parse_args(argv):
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--clients", type=int, default=8, help="concurrent client loops")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--algorithm", choices=("DDTREE", "DFLASH"), default="DDTREE",
-                    help="the speculative algorithm soaked (DFLASH: the same soak of linear DFlash, to tell "
-                         "a DDTREE finding from one SGLang's DFlash shares)")
+    ap.add_argument(
+        "--algorithm",
+        choices=("DDTREE", "DFLASH"),
+        default="DDTREE",
+        help="the speculative algorithm soaked (DFLASH: the same soak of linear DFlash, to tell "
+        "a DDTREE finding from one SGLang's DFlash shares)",
+    )
     ap.add_argument("--budget", default="16", help="--speculative-ddtree-budget (a number or auto)")
     ap.add_argument("--topk-cap", type=int, default=None)
     ap.add_argument("--max-new-tokens", type=int, default=24, help="each request draws 1..this")
     ap.add_argument("--context-length", type=int, default=96)
-    ap.add_argument("--max-total-tokens", type=int, default=300,
-                    help="KV pool size in tokens (small: forces retraction)")
+    ap.add_argument("--max-total-tokens", type=int, default=300, help="KV pool size in tokens (small: forces retraction)")
     ap.add_argument("--max-running-requests", type=int, default=8)
     ap.add_argument("--abort-share", type=float, default=0.15)
     ap.add_argument("--greedy-share", type=float, default=0.5)
@@ -136,15 +158,27 @@ def parse_args(argv):
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--attention-backend", default="triton")
     ap.add_argument("--cuda-graphs", action="store_true", help="leave CUDA graphs on (GPU)")
-    ap.add_argument("--reference-eager", action="store_true",
-                    help="run the target-only reference without CUDA graphs (starts in seconds instead of "
-                         "minutes of capture; greedy tokens are the same kernels' output)")
-    ap.add_argument("--engine-arg", action="append", default=[], metavar="KEY=VALUE",
-                    help="extra sglang.Engine kwarg for both engines (repeatable)")
+    ap.add_argument(
+        "--reference-eager",
+        action="store_true",
+        help="run the target-only reference without CUDA graphs (starts in seconds instead of "
+        "minutes of capture; greedy tokens are the same kernels' output)",
+    )
+    ap.add_argument(
+        "--engine-arg",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra sglang.Engine kwarg for both engines (repeatable)",
+    )
     ap.add_argument("--time-limit-s", type=float, default=900, help="the load phase's limit")
     ap.add_argument("--request-timeout-s", type=float, default=300)
-    ap.add_argument("--expect-retraction", action=argparse.BooleanOptionalAction, default=True,
-                    help="fail when no request was retracted (default on)")
+    ap.add_argument(
+        "--expect-retraction",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="fail when no request was retracted (default on)",
+    )
     ap.add_argument("--max-rss-growth-mib", type=float, default=256)
     args = ap.parse_args(argv)
     if not args.cpu and (args.model is None or args.draft is None):
@@ -174,17 +208,37 @@ def main(argv=None) -> int:
     mask = json.loads((args.draft / "config.json").read_text()).get("dflash_config", {}).get("mask_token_id")
     special = tuple(sorted(set(special) | ({mask} if isinstance(mask, int) else set())))
     mix = wl.Mix(greedy=args.greedy_share, abort=args.abort_share)
-    reqs = wl.make_workload(args.requests, vocab=vocab, special_ids=special, context_length=args.context_length,
-                            max_new_tokens=args.max_new_tokens, seed=args.seed, mix=mix)
+    reqs = wl.make_workload(
+        args.requests,
+        vocab=vocab,
+        special_ids=special,
+        context_length=args.context_length,
+        max_new_tokens=args.max_new_tokens,
+        seed=args.seed,
+        mix=mix,
+    )
     work = [r.to_json() for r in reqs]
     limit = args.time_limit_s + 600  # engine start-up, idle wait and shutdown on top of the load
     t0 = time.monotonic()
     what = f"DDTREE budget {args.budget}" if args.algorithm == "DDTREE" else args.algorithm
-    sys.stderr.write(f"soak: {len(work)} requests, {args.clients} clients, {what}, "
-                     f"pool {args.max_total_tokens} tokens, context {args.context_length}\n")
-    soak, soak_log = run_engine({"mode": "soak", "engine": engine_kwargs(args, ddtree=True), "requests": work,
-                                 "clients": args.clients, "time_limit_s": args.time_limit_s,
-                                 "request_timeout_s": args.request_timeout_s}, out, "soak-ddtree", env, limit)
+    sys.stderr.write(
+        f"soak: {len(work)} requests, {args.clients} clients, {what}, "
+        f"pool {args.max_total_tokens} tokens, context {args.context_length}\n"
+    )
+    soak, soak_log = run_engine(
+        {
+            "mode": "soak",
+            "engine": engine_kwargs(args, ddtree=True),
+            "requests": work,
+            "clients": args.clients,
+            "time_limit_s": args.time_limit_s,
+            "request_timeout_s": args.request_timeout_s,
+        },
+        out,
+        "soak-ddtree",
+        env,
+        limit,
+    )
     greedy = [r for r in work if r["kind"] != "over_limit" and r["sampling_params"]["temperature"] == 0.0]
     reference: dict[int, list[int]] = {}
     ref_log = ""
@@ -192,26 +246,41 @@ def main(argv=None) -> int:
         sys.stderr.write(f"soak: target-only reference for {len(greedy)} greedy requests\n")
         ref_kw = engine_kwargs(args, ddtree=False)
         if args.reference_eager:  # the legacy boolean alone leaves the decode graph on (issue 9)
-            ref_kw.update(disable_cuda_graph=True, cuda_graph_backend_decode="disabled",
-                          cuda_graph_backend_prefill="disabled")
+            ref_kw.update(disable_cuda_graph=True, cuda_graph_backend_decode="disabled", cuda_graph_backend_prefill="disabled")
         ref, ref_log = run_engine({"mode": "reference", "engine": ref_kw, "requests": greedy}, out, "reference-plain", env, limit)
         if ref.get("ok"):
-            reference = {r["index"]: o["output_ids"] for r, o in zip(greedy, ref["outputs"])
-                         if o.get("output_ids") is not None}
+            reference = {r["index"]: o["output_ids"] for r, o in zip(greedy, ref["outputs"]) if o.get("output_ids") is not None}
         else:
             soak.setdefault("reference_error", ref.get("error"))
-    summary = checks.verdict(work, soak, reference, soak_log, vocab=vocab,
-                             expect_retraction=args.expect_retraction,
-                             max_rss_growth_mib=args.max_rss_growth_mib)
+    summary = checks.verdict(
+        work,
+        soak,
+        reference,
+        soak_log,
+        vocab=vocab,
+        expect_retraction=args.expect_retraction,
+        max_rss_growth_mib=args.max_rss_growth_mib,
+    )
     if greedy and not reference:
         summary["ok"] = False
         summary["run_failures"].append(f"the target-only reference failed: {soak.get('reference_error')}")
-    summary.update(wall_s=round(time.monotonic() - t0, 1), engine=engine_kwargs(args, ddtree=True),
-                   clients=args.clients, seed=args.seed)
+    summary.update(
+        wall_s=round(time.monotonic() - t0, 1), engine=engine_kwargs(args, ddtree=True), clients=args.clients, seed=args.seed
+    )
     recs = {r["index"]: r for r in soak.get("results", [])}
-    (out / "results.json").write_text(json.dumps(
-        [{"request": r, "record": recs.get(r["index"]), "reference": reference.get(r["index"]),
-          "failures": summary["failures"].get(str(r["index"]), [])} for r in work]))
+    (out / "results.json").write_text(
+        json.dumps(
+            [
+                {
+                    "request": r,
+                    "record": recs.get(r["index"]),
+                    "reference": reference.get(r["index"]),
+                    "failures": summary["failures"].get(str(r["index"]), []),
+                }
+                for r in work
+            ]
+        )
+    )
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
     _print(summary, out)
     return 0 if summary["ok"] else 1
@@ -219,10 +288,12 @@ def main(argv=None) -> int:
 
 def _print(s: dict, out: Path) -> None:
     w = sys.stderr.write
-    w(f"soak: {'PASS' if s['ok'] else 'FAIL'} in {s['wall_s']} s: {s['run']}/{s['requests']} run, "
-      f"{s['finished']} finished ({s['greedy_equal']} greedy, all equal to target-only), "
-      f"{s['aborted']} aborted, {s['errors_expected']} past the context refused, "
-      f"{s['retracted_reqs']} retractions, RSS growth {s['rss_growth_mib']} MiB\n")
+    w(
+        f"soak: {'PASS' if s['ok'] else 'FAIL'} in {s['wall_s']} s: {s['run']}/{s['requests']} run, "
+        f"{s['finished']} finished ({s['greedy_equal']} greedy, all equal to target-only), "
+        f"{s['aborted']} aborted, {s['errors_expected']} past the context refused, "
+        f"{s['retracted_reqs']} retractions, RSS growth {s['rss_growth_mib']} MiB\n"
+    )
     for k, v in list(s["failures"].items())[:20]:
         w(f"  request {k}: {'; '.join(v)}\n")
     for f in s["run_failures"]:

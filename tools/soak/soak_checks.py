@@ -46,8 +46,9 @@ def check_request(req: dict, rec: dict | None, ref_ids: list[int] | None, vocab:
         fin = rec.get("final") or {}
         ftype = (fin.get("finish_reason") or {}).get("type") if isinstance(fin.get("finish_reason"), dict) else None
         if rec.get("error") is None and ftype != "abort":
-            return [f"a prompt of {len(req['input_ids'])} tokens, past the context, was served "
-                    f"(finish {fin.get('finish_reason')!r})"]
+            return [
+                f"a prompt of {len(req['input_ids'])} tokens, past the context, was served (finish {fin.get('finish_reason')!r})"
+            ]
         return []
     if rec.get("error") is not None:
         return [f"raised {rec['error']}"]
@@ -77,12 +78,12 @@ def check_request(req: dict, rec: dict | None, ref_ids: list[int] | None, vocab:
         if ref_ids is None:
             out.append("no target-only reference")
         elif ftype == "abort":
-            if ids != ref_ids[:len(ids)]:
-                out.append(f"aborted output is not a prefix of target-only's (token "
-                           f"{first_divergence(ids, ref_ids)})")
+            if ids != ref_ids[: len(ids)]:
+                out.append(f"aborted output is not a prefix of target-only's (token {first_divergence(ids, ref_ids)})")
         elif ids != ref_ids:
-            out.append(f"differs from target-only at token {first_divergence(ids, ref_ids)} "
-                       f"({len(ids)} vs {len(ref_ids)} tokens)")
+            out.append(
+                f"differs from target-only at token {first_divergence(ids, ref_ids)} ({len(ids)} vs {len(ref_ids)} tokens)"
+            )
     return out
 
 
@@ -93,11 +94,19 @@ def rss_growth_mib(samples: list) -> float | None:
     if len(vals) < 10:
         return None
     k = len(vals) // 5
-    return statistics.median(vals[-k:]) - statistics.median(vals[k:2 * k])
+    return statistics.median(vals[-k:]) - statistics.median(vals[k : 2 * k])
 
 
-def verdict(workload: list[dict], soak: dict, reference: dict[int, list[int]], log_text: str, *,
-            vocab: int, expect_retraction: bool, max_rss_growth_mib: float) -> dict:
+def verdict(
+    workload: list[dict],
+    soak: dict,
+    reference: dict[int, list[int]],
+    log_text: str,
+    *,
+    vocab: int,
+    expect_retraction: bool,
+    max_rss_growth_mib: float,
+) -> dict:
     """The soak's summary: counts, per-request failures and run-level failures."""
     recs = {r["index"]: r for r in soak.get("results", [])}
     failures: dict[int, list[str]] = {}
@@ -127,8 +136,10 @@ def verdict(workload: list[dict], soak: dict, reference: dict[int, list[int]], l
         if idle.get("running") or idle.get("waiting"):
             run_failures.append(f"not idle after the load: {idle}")
         if flushed.get("used_tokens"):
-            run_failures.append(f"{flushed['used_tokens']} KV tokens still in use after flush_cache "
-                                f"(idle: {idle.get('used_tokens')}); leaked rows")
+            run_failures.append(
+                f"{flushed['used_tokens']} KV tokens still in use after flush_cache "
+                f"(idle: {idle.get('used_tokens')}); leaked rows"
+            )
         if not soak.get("flush_ok"):
             run_failures.append("flush_cache did not succeed (requests still held?)")
     leaks = [p for p in LEAK_PATTERNS if p in log_text]

@@ -37,8 +37,7 @@ def _final(o) -> dict:
     fr = mi.get("finish_reason")
     if not isinstance(fr, (dict, str, type(None))):
         fr = str(fr)
-    keep = {k: mi.get(k) for k in ("prompt_tokens", "completion_tokens", "spec_verify_ct",
-                                    "spec_accept_length") if k in mi}
+    keep = {k: mi.get(k) for k in ("prompt_tokens", "completion_tokens", "spec_verify_ct", "spec_accept_length") if k in mi}
     return {"output_ids": list((o or {}).get("output_ids") or []), "finish_reason": fr, "meta": keep}
 
 
@@ -71,20 +70,21 @@ class RssSampler(threading.Thread):
 
 async def _one(engine, req: dict, timeout_s: float) -> dict:
     rid = f"soak-{req['index']}-{os.getpid()}"
-    rec = {"index": req["index"], "chunks": 0, "stream_prefix_ok": True, "abort_sent": False,
-           "error": None, "final": None}
+    rec = {"index": req["index"], "chunks": 0, "stream_prefix_ok": True, "abort_sent": False, "error": None, "final": None}
     t0 = time.monotonic()
     try:
         if req["stream"]:
+
             async def consume():
                 last, prev = None, []
-                gen = await engine.async_generate(input_ids=req["input_ids"],
-                                                  sampling_params=req["sampling_params"], stream=True, rid=rid)
+                gen = await engine.async_generate(
+                    input_ids=req["input_ids"], sampling_params=req["sampling_params"], stream=True, rid=rid
+                )
                 async for chunk in gen:
                     last = chunk
                     rec["chunks"] += 1
                     ids = list(chunk.get("output_ids") or [])
-                    if ids[:len(prev)] != prev:  # each chunk carries the whole output so far
+                    if ids[: len(prev)] != prev:  # each chunk carries the whole output so far
                         rec["stream_prefix_ok"] = False
                     prev = ids
                     n_abort = req.get("abort_after_tokens")
@@ -95,8 +95,9 @@ async def _one(engine, req: dict, timeout_s: float) -> dict:
 
             rec["final"] = _final(await asyncio.wait_for(consume(), timeout_s))
         else:
-            task = asyncio.ensure_future(engine.async_generate(
-                input_ids=req["input_ids"], sampling_params=req["sampling_params"], stream=False, rid=rid))
+            task = asyncio.ensure_future(
+                engine.async_generate(input_ids=req["input_ids"], sampling_params=req["sampling_params"], stream=False, rid=rid)
+            )
             delay = req.get("abort_after_s")
             if delay is not None:
                 done, _ = await asyncio.wait([task], timeout=delay)
@@ -130,9 +131,12 @@ async def _loads(engine) -> dict:
     snaps = await engine.tokenizer_manager.get_loads()
     s = snaps[0]
     mem = getattr(s, "memory", None)
-    return {"running": int(s.num_running_reqs), "waiting": int(s.num_waiting_reqs),
-            "used_tokens": int(s.num_used_tokens),
-            "token_capacity": int(mem.token_capacity) if mem is not None else None}
+    return {
+        "running": int(s.num_running_reqs),
+        "waiting": int(s.num_waiting_reqs),
+        "used_tokens": int(s.num_used_tokens),
+        "token_capacity": int(mem.token_capacity) if mem is not None else None,
+    }
 
 
 async def _until_idle(engine, limit_s: float = 60.0) -> dict:
@@ -152,24 +156,37 @@ def run(job: dict) -> dict:
     started_s = time.monotonic() - t0
     try:
         if job["mode"] == "margins":  # soak_triage.py: greedy again, with each position's top-2 logprobs
-            outs = engine.generate(input_ids=[r["input_ids"] for r in job["requests"]],
-                                   sampling_params=[r["sampling_params"] for r in job["requests"]],
-                                   return_logprob=True, top_logprobs_num=2)
-            return {"ok": True, "start_s": started_s, "outputs": [
-                dict(_final(o), top2=[[[t[1], t[0]] for t in (pos or [])[:2]]
-                                      for pos in o["meta_info"].get("output_top_logprobs") or []])
-                for o in outs]}
+            outs = engine.generate(
+                input_ids=[r["input_ids"] for r in job["requests"]],
+                sampling_params=[r["sampling_params"] for r in job["requests"]],
+                return_logprob=True,
+                top_logprobs_num=2,
+            )
+            return {
+                "ok": True,
+                "start_s": started_s,
+                "outputs": [
+                    dict(
+                        _final(o),
+                        top2=[[[t[1], t[0]] for t in (pos or [])[:2]] for pos in o["meta_info"].get("output_top_logprobs") or []],
+                    )
+                    for o in outs
+                ],
+            }
         if job["mode"] == "reference":
             reqs = job["requests"]
             try:
-                outs = [_final(o) for o in engine.generate(input_ids=[r["input_ids"] for r in reqs],
-                                                           sampling_params=[r["sampling_params"] for r in reqs])]
+                outs = [
+                    _final(o)
+                    for o in engine.generate(
+                        input_ids=[r["input_ids"] for r in reqs], sampling_params=[r["sampling_params"] for r in reqs]
+                    )
+                ]
             except ValueError:  # one request refused (e.g. too long): ask one by one, keep the rest
                 outs = []
                 for r in reqs:
                     try:
-                        outs.append(_final(engine.generate(input_ids=r["input_ids"],
-                                                           sampling_params=r["sampling_params"])))
+                        outs.append(_final(engine.generate(input_ids=r["input_ids"], sampling_params=r["sampling_params"])))
                     except ValueError as e:
                         outs.append({"output_ids": None, "error": f"{type(e).__name__}: {e}"[:500]})
             return {"ok": True, "start_s": started_s, "outputs": outs}
@@ -184,9 +201,15 @@ def run(job: dict) -> dict:
         flushed = engine.flush_cache()
         after_flush = loop.run_until_complete(_loads(engine))
         rss = sampler.stop()
-        return {"ok": True, "start_s": started_s, "soak_s": soak_s, "results": results,
-                "loads": {"before": before, "idle": idle, "after_flush": after_flush},
-                "flush_ok": bool(getattr(flushed, "success", False)), "rss_mib": rss}
+        return {
+            "ok": True,
+            "start_s": started_s,
+            "soak_s": soak_s,
+            "results": results,
+            "loads": {"before": before, "idle": idle, "after_flush": after_flush},
+            "flush_ok": bool(getattr(flushed, "success", False)),
+            "rss_mib": rss,
+        }
     finally:
         engine.shutdown()
 

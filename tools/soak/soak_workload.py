@@ -74,16 +74,23 @@ def _sampling(rng: random.Random, greedy: bool, max_new: int) -> tuple[dict, lis
     return sp, ["T1", pick]
 
 
-def make_workload(n: int, *, vocab: int, special_ids: tuple[int, ...], context_length: int,
-                  max_new_tokens: int, seed: int, mix: Mix = Mix(), max_prompt: int | None = None
-                  ) -> list[SoakRequest]:
+def make_workload(
+    n: int,
+    *,
+    vocab: int,
+    special_ids: tuple[int, ...],
+    context_length: int,
+    max_new_tokens: int,
+    seed: int,
+    mix: Mix = Mix(),
+    max_prompt: int | None = None,
+) -> list[SoakRequest]:
     """``n`` requests (see the module docstring). ``max_prompt`` bounds the ordinary prompts
     (default: a quarter of the context)."""
     if n < 1:
         raise ValueError(f"the soak needs at least one request (got {n})")
     if context_length < max_new_tokens + 8:
-        raise ValueError(f"context_length {context_length} leaves no room for prompts next to "
-                         f"max_new_tokens {max_new_tokens}")
+        raise ValueError(f"context_length {context_length} leaves no room for prompts next to max_new_tokens {max_new_tokens}")
     tokens = [t for t in range(vocab) if t not in special_ids]
     if not tokens:
         raise ValueError(f"no ordinary tokens in a vocabulary of {vocab} without {special_ids}")
@@ -102,8 +109,9 @@ def make_workload(n: int, *, vocab: int, special_ids: tuple[int, ...], context_l
         greedy = rng.random() < mix.greedy
         sp, tags = _sampling(rng, greedy, max_new)
         stream = rng.random() < mix.stream
-        req = SoakRequest(index=i, input_ids=[rng.choice(tokens) for _ in range(plen)],
-                          sampling_params=sp, stream=stream, kind=kind, tags=tags)
+        req = SoakRequest(
+            index=i, input_ids=[rng.choice(tokens) for _ in range(plen)], sampling_params=sp, stream=stream, kind=kind, tags=tags
+        )
         if kind != "over_limit" and rng.random() < mix.abort:
             if stream:
                 req.abort_after_tokens = rng.randint(1, max_new)

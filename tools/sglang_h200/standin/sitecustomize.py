@@ -71,8 +71,14 @@ def _shim_model_runner(mod):
         kwargs = orig(self, forward_batch, pp_proxy_tensors)
         emb = forward_batch.input_embeds
         dtype = getattr(self, "dtype", None)
-        if (emb is not None and "input_embeds" in kwargs and dtype is not None and dtype != torch.bfloat16
-                and emb.dtype == dtype and forward_batch.replace_embeds is None):
+        if (
+            emb is not None
+            and "input_embeds" in kwargs
+            and dtype is not None
+            and dtype != torch.bfloat16
+            and emb.dtype == dtype
+            and forward_batch.replace_embeds is None
+        ):
             kwargs["input_embeds"] = emb
         return kwargs
 
@@ -106,7 +112,8 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
 
 if os.environ.get("H200_KEEP_BF16_EMBEDS") != "1" and not any(
-        isinstance(f, _AfterImport) and f.name == _MODEL_RUNNER for f in sys.meta_path):
+    isinstance(f, _AfterImport) and f.name == _MODEL_RUNNER for f in sys.meta_path
+):
     sys.meta_path.insert(0, _AfterImport(_MODEL_RUNNER, _shim_model_runner))
 
 if os.environ.get("H200_FAKE_CUDA") == "1":

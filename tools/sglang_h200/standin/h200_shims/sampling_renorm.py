@@ -48,8 +48,7 @@ def row_chunked(fn):
 def _bind():
     from sglang.kernels.ops.sampling import renorm_triton
 
-    return (row_chunked(renorm_triton.top_k_renorm_probs_triton),
-            row_chunked(renorm_triton.top_p_renorm_probs_triton))
+    return (row_chunked(renorm_triton.top_k_renorm_probs_triton), row_chunked(renorm_triton.top_p_renorm_probs_triton))
 
 
 top_k_renorm_prob, top_p_renorm_prob = _bind()

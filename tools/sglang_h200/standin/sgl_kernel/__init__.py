@@ -120,7 +120,7 @@ class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(f, _SubmoduleFinder) for f in sys.meta_path):
     sys.meta_path.append(_SubmoduleFinder())
 
-from . import _ops  # noqa: E402
+from . import _ops  # noqa: E402, F401  (registers the stood-in ops)
 from ._ops import STOOD_IN  # noqa: E402
 
 for _name, _fn in STOOD_IN.items():
