@@ -152,9 +152,6 @@ INCLUDE_MACRO_DEF_RE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(\w+)\([ \t]*(\w+)
 MODULE_STR_RE = re.compile(r"^(flashinfer(\.\w+)+|\.\w+(\.\w+)*)$")
 CPP_SUFFIXES = {".h", ".hpp", ".cuh", ".cu", ".cc", ".cpp", ".inc", ".inl", ".jinja", ".hxx", ".ipp", ""}
 
-PLATFORMS = ["manylinux_2_17_x86_64", "manylinux2014_x86_64", "manylinux_2_28_x86_64", "manylinux1_x86_64"]
-
-
 # ----------------------------------------------------------------------------------------------- wheel
 
 
@@ -491,26 +488,9 @@ def write_wheel(files: dict[str, bytes], keep: list[str], rec: bytes, dest: Path
 def download_deps(specs: list[str], dest: Path) -> list[Path]:
     if not specs:
         return []
-    dest.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        "3.12",
-        "--implementation",
-        "cp",
-        "-d",
-        str(dest),
-    ]
-    for p in PLATFORMS:
-        cmd += ["--platform", p]
-    if subprocess.run(cmd + specs, timeout=1800).returncode != 0:
-        raise SystemExit(f"error: pip download failed for {specs}")
+    from make_bundle import pip_download  # a sibling script: the harness carry's own pip download
+
+    pip_download(specs, dest)
     return sorted(dest.glob("*.whl"))
 
 

@@ -47,27 +47,20 @@ def wheel_specs() -> list[str]:
     return [ln.strip() for ln in (HERE / "wheels.txt").read_text().splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
 
 
-def download_wheels(cache: Path) -> list[Path]:
-    cache.mkdir(parents=True, exist_ok=True)
-    cmd = [
-        sys.executable,
-        "-m",
-        "pip",
-        "download",
-        "-q",
-        "--no-deps",
-        "--only-binary=:all:",
-        "--python-version",
-        "3.12",
-        "--implementation",
-        "cp",
-        "-d",
-        str(cache),
-    ]
+def pip_download(specs: list[str], dest: Path) -> None:
+    """``pip download`` binary wheels for the device's Python (cp312, manylinux x86_64) into ``dest``."""
+    dest.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:"]
+    cmd += ["--python-version", "3.12", "--implementation", "cp", "-d", str(dest)]
     for p in PLATFORMS:
         cmd += ["--platform", p]
+    if subprocess.run(cmd + specs, timeout=1800).returncode != 0:
+        raise SystemExit(f"error: pip download failed for {specs}")
+
+
+def download_wheels(cache: Path) -> list[Path]:
     specs = wheel_specs()
-    subprocess.run(cmd + specs, check=True, timeout=1800)
+    pip_download(specs, cache)
     # only the wheels wheels.txt names now: the cache may hold ones an earlier wheels.txt named
     wanted = {re.split(r"[=<>!~ ]", s, maxsplit=1)[0].lower().replace("-", "_") for s in specs}
     return sorted(w for w in cache.glob("*.whl") if w.name.split("-")[0].lower() in wanted)
