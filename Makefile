@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv demo-venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle mutation soak clean
+.PHONY: help venv demo-venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle h200-flashinfer mutation soak clean
 
 help:
 	@echo "make demo    side-by-side rollout, then push -> status -> smoke -> rollback, on a throwaway loopback host"
@@ -102,6 +102,10 @@ mutation: venv sshd snapshot
 # tree, the dependency wheels, the sgl_kernel stand-in. H200_CARRY=/work/main/.carry-12 copies it there.
 h200-bundle: venv snapshot
 	$(PY) tools/sglang_h200/make_bundle.py $(if $(H200_CARRY),--carry $(H200_CARRY))
+
+# FlashInfer 0.7.2 trimmed for the same carry (flashinfer.tar.xz + its manifest; docs/h200-harness.md).
+h200-flashinfer: venv
+	$(PY) tools/sglang_h200/flashinfer_bundle.py --carry $(or $(H200_CARRY),.carry-12)
 
 clean:
 	rm -rf build out .pytest_cache .hypothesis
