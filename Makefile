@@ -68,7 +68,7 @@ lint: venv
 	$(VENV)/bin/mypy
 
 test: venv sshd snapshot lint
-	@start=$$(date +%s); $(PY) -m pytest -q $(PYTEST_ARGS); rc=$$?; \
+	@start=$$(date +%s); $(PY) -m pytest -q --durations=40 $(PYTEST_ARGS); rc=$$?; \
 	  echo "make test: pytest wall time $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
 
 # Benchmarks write tables (and PNG plots) stating the machine; ratios are measured side by side.

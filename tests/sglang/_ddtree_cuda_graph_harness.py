@@ -215,6 +215,8 @@ def main() -> None:
                                             "--disable-cuda-graph"])
     case("noflag_triton", ["--attention-backend", "triton"], shapes=True)
     case("noflag_flashinfer", ["--attention-backend", "flashinfer"])
+    case("noflag_fa3", ["--attention-backend", "fa3"])
+    case("noflag_torch_native", ["--attention-backend", "torch_native"])
     case("noflag_default_backend", [])
     case("noflag_triton_disable_cuda_graph", ["--attention-backend", "triton", "--disable-cuda-graph"])
     case("no_flag_triton", ["--no-speculative-ddtree-cuda-graph", "--attention-backend", "triton"])

@@ -3,8 +3,9 @@
 Through the WHOLE ServerArgs resolution on a mocked sm90 / sm100 / sm120 CUDA platform
 (_ddtree_cuda_graph_harness.py says what is real and what is stood in):
 - the decode graph backend stays ON ('full') with the flag, and without it when the target's
-  backend is triton (the default since the H200 check); off with other backends unless the flag
-  is given, with --no-speculative-ddtree-cuda-graph, and with --disable-cuda-graph;
+  backend is triton or flashinfer (the default since the GPU checks: triton on the H200,
+  flashinfer on the lent H100); off with --no-speculative-ddtree-cuda-graph and with
+  --disable-cuda-graph; other backends (fa3, torch_native) are refused for DDTREE on CUDA;
 - the target decode graph runner captures TARGET_VERIFY B + 1 tokens per request with a
   DDTreeVerifyInput dummy that carries the runner's custom-mask buffer (so the backend bakes
   its static mask buffer into the graph); the draft runner captures the b-token DFlash block;
@@ -38,7 +39,7 @@ def _ok(rep, name):
 def test_flag_keeps_decode_graphs_on(rep):
     # the explicit flag with any custom-mask backend; with triton, the default (no flag) too
     for name in ("flag_triton", "flag_flashinfer", "flag_default_backend", "flag_triton_b255",
-                 "noflag_triton"):
+                 "noflag_triton", "noflag_flashinfer"):
         c = _ok(rep, name)
         assert c["decode"] == "full", c
         assert c["disable_cuda_graph"] is False, c
@@ -49,11 +50,16 @@ def test_flag_keeps_decode_graphs_on(rep):
     assert _ok(rep, "flag_triton_b255")["num_draft_tokens"] == 256
 
 
-def test_graphs_off_without_triton_with_no_flag_or_with_disable_cuda_graph(rep):
-    # unchecked backends stay eager unless asked; --no-speculative-ddtree-cuda-graph is eager
-    for name in ("noflag_flashinfer", "no_flag_triton"):
-        c = _ok(rep, name)
-        assert c["decode"] == "disabled" and c["disable_cuda_graph"] is True, (name, c)
+def test_graphs_off_with_no_flag_and_other_backends_refused(rep):
+    # --no-speculative-ddtree-cuda-graph is eager with a checked backend too
+    c = _ok(rep, "no_flag_triton")
+    assert c["decode"] == "disabled" and c["disable_cuda_graph"] is True, c
+    # a backend without the per-request ancestor mask is refused where it enters,
+    # naming the two that work (so no unchecked backend ever reaches graph capture)
+    for name in ("noflag_fa3", "noflag_torch_native"):
+        err = rep[name].get("error", "")
+        assert err.startswith("ValueError: DDTREE: attention backend"), (name, rep[name])
+        assert "use --attention-backend flashinfer or triton" in err, err
     # no backend given: the rule follows whatever SGLang resolved (triton on this mocked platform)
     c = _ok(rep, "noflag_default_backend")
     assert c["decode"] == ("full" if c["attention_backend"] == "triton" else "disabled"), c
