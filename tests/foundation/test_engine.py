@@ -356,3 +356,24 @@ def test_compile_error_culprit_is_the_first_patch_that_broke_the_file(make_serie
     res = apply_series(load_series(d), lambda r: good)
     with pytest.raises(CompileError, match="introduced by 0002-new.patch"):
         compile_check(res)
+
+
+def test_each_patch_must_compile_on_its_own(make_series, tmp_path):
+    """A syntax error one patch introduces and a later patch repairs is still an error of the
+    first (the series is reviewed, bisected and cherry-picked patch by patch)."""
+    base = b"def f():\n    return 1\n"
+    broken = b"def f():\n    return (1\n"
+    fixed = b"def f():\n    return (1)\n"
+    d = make_series(
+        {
+            "0001-break.patch": git_diff(base, broken, REL, tmp_path / "d1"),
+            "0002-repair.patch": git_diff(broken, fixed, REL, tmp_path / "d2"),
+        }
+    )
+    res = apply_series(load_series(d), lambda rel: base)
+    assert res.files[REL].result == fixed
+    compile(fixed, REL, "exec")  # the final file is fine
+    with pytest.raises(CompileError) as ei:
+        compile_check(res)
+    assert ei.value.details["patch"] == "0001-break.patch"
+    assert "later patch repairs it" in ei.value.message

@@ -193,35 +193,45 @@ def apply_series(series: Series, read_base: BaseReader, base_mode: Callable[[str
 
 
 def compile_check(result: ApplyResult) -> list[str]:
-    """Compile every patched ``.py`` file in memory; name the patch that introduced a syntax error.
+    """Compile every patched ``.py`` file in memory, as each patch leaves it; name the patch.
 
-    Uses the same compiler ``py_compile`` uses. Returns the list of checked paths.
+    Each patch must compile on its own: a file is compiled after every patch that touches it, in
+    series order, so a syntax error one patch introduces and a later one repairs is still that
+    patch's error (the series is reviewed, bisected and cherry-picked patch by patch). Uses the
+    same compiler ``py_compile`` uses. Returns the list of checked paths (final state).
     """
     checked = []
     for fr in result.files.values():
-        if fr.result is None or not fr.path.endswith(".py"):
+        if not fr.path.endswith(".py"):
             continue
-        try:
-            compile(fr.result, fr.path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError) as exc:
-            culprit = _first_breaking_patch(fr)
-            lineno = getattr(exc, "lineno", None)
-            msg = getattr(exc, "msg", str(exc))
-            raise CompileError(
-                f"{fr.path}:{lineno}: {msg} (introduced by {culprit})",
-                hint=f"fix {culprit}: ddtree-deploy patches edit, amend its commit, ddtree-deploy patches refresh",
-                details={"file": fr.path, "line": lineno, "patch": culprit, "reason": msg},
-            ) from None
-        checked.append(fr.path)
+        for name, content in fr.history:
+            if content is None:
+                continue
+            try:
+                compile(content, fr.path, "exec", dont_inherit=True)
+            except (SyntaxError, ValueError) as exc:
+                lineno = getattr(exc, "lineno", None)
+                msg = getattr(exc, "msg", str(exc))
+                later = (
+                    ""
+                    if _compile_error(fr.path, fr.result)
+                    else (", though a later patch repairs it: each patch must compile on its own")
+                )
+                raise CompileError(
+                    f"{fr.path}:{lineno}: {msg} (introduced by {name}{later})",
+                    hint=f"fix {name}: ddtree-deploy patches edit, amend its commit, ddtree-deploy patches refresh",
+                    details={"file": fr.path, "line": lineno, "patch": name, "reason": msg},
+                ) from None
+        if fr.result is not None:
+            checked.append(fr.path)
     return checked
 
 
-def _first_breaking_patch(fr: FileResult) -> str:
-    for name, content in fr.history:
-        if content is None:
-            continue
-        try:
-            compile(content, fr.path, "exec", dont_inherit=True)
-        except (SyntaxError, ValueError):
-            return name
-    return fr.patches[-1] if fr.patches else "?"
+def _compile_error(path: str, content: bytes | None) -> bool:
+    if content is None:
+        return False
+    try:
+        compile(content, path, "exec", dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return True
+    return False

@@ -32,7 +32,7 @@ SCOPES = {
                 "apply_series",
                 "tree_reader",
                 "compile_check",
-                "_first_breaking_patch",
+                "_compile_error",
             ],
             "deploy/ddtree_deploy/build/build.py": ["check_pin_coverage", "verify_base_against_pin", "apply_checked"],
         },
