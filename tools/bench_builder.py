@@ -4,7 +4,7 @@
 Everything is timed in ONE run on one machine, side by side (issue 11, item 3):
 
 * **ours, kernel**: ``build_ddtree_tree_from_topk`` dispatching to the fused Triton kernels of
-  ``ddtree_tree_kernel.py`` (patch 0013), eager and replayed from a CUDA graph; from logits it
+  ``ddtree_tree_kernel.py`` (patch ddtree-tree-builder), eager and replayed from a CUDA graph; from logits it
   is ``topk_logprobs_from_logits`` (the fused top-K + log-normalizer kernels) + the builder;
 * **ours, torch**: the same API with ``SGLANG_DDTREE_TREE_KERNEL=0`` (the torch builder, and
   ``log_softmax`` + ``torch.topk``), eager and graphed;

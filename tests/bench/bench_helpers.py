@@ -44,7 +44,9 @@ def core_env(tmp_root: Path) -> dict[str, str]:
         env=env, capture_output=True, text=True, timeout=120,
     )
     if probe.returncode != 0:
-        patch = REPO / "patches" / "sglang-0.5.23" / "0001-ddtree-utils.patch"
+        series = REPO / "patches" / "sglang-0.5.23"
+        # the patch that adds ddtree_utils.py (the tree builder's), whatever its number
+        patch = next(p for p in sorted(series.glob("*.patch")) if "b/sglang/srt/speculative/ddtree_utils.py" in p.read_text())
         out = tmp_root / "core"
         out.mkdir(parents=True, exist_ok=True)
         subprocess.run(["git", "apply", "--directory=", "--unsafe-paths", str(patch)], cwd=out, check=True, capture_output=True)

@@ -1,4 +1,4 @@
-"""The auto budget (issue 20, patch 0020): one tree of the largest budget serves every smaller one.
+"""The auto budget (issue 20, patch ddtree-auto-budget): one tree of the largest budget serves every smaller one.
 
 ``ddtree_subtree(tree, B)`` must be exactly the tree the builder makes for budget B (checked
 against the paper's heap oracle, ties included, every field), and ``predicted_accept_curve`` the

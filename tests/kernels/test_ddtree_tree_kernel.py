@@ -1,7 +1,7 @@
-"""The fused Triton tree builder and top-K kernels (patch 0013) equal the heap oracle, ties included.
+"""The fused Triton tree builder and top-K kernels (patch ddtree-tree-builder) equal the heap oracle, ties included.
 
 Real parts: the kernels of ``ddtree_tree_kernel.py`` as the series builds them, reached through
-the public API (``build_ddtree_tree_from_topk`` / ``topk_logprobs_from_logits`` of patch 0001),
+the public API (``build_ddtree_tree_from_topk`` / ``topk_logprobs_from_logits`` of patch ddtree-tree-builder),
 real Triton. Stood in: the GPU. Triton runs the very same kernels in its interpreter
 (``TRITON_INTERPRET=1``) on the CPU; ``SGLANG_DDTREE_TREE_KERNEL=cpu`` makes the API dispatch
 CPU tensors to them (on CUDA tensors it does so by default). ``tools/gpu_suite.py`` runs the same
@@ -156,7 +156,7 @@ SHARDED = textwrap.dedent(r"""
 
 @pytest.mark.parametrize("kernel", ["cpu", "0"])
 def test_sharded_topk_merges_to_the_unsharded_topk(tmp_path, kernel):
-    """Issue 20 (patch 0019, the draft head under TP): a per-shard top-K (``topk_logprobs_with_stats``:
+    """Issue 20 (patch ddtree-tree-builder, the draft head under TP): a per-shard top-K (``topk_logprobs_with_stats``:
     the fused kernel's raw values and the row's (max, log-sum-exp)) merged by ``merge_sharded_topk``
     equals the unsharded top-K of the whole vocabulary: the same ids in the same order (ties to the
     smaller id, also across shard boundaries) and the same log-probs up to float32 rounding of the

@@ -74,7 +74,7 @@ def engine_kwargs(name: str, models: dict) -> dict:
         "ddtree254": dict(ddtree, speculative_ddtree_budget=254, speculative_ddtree_topk_cap=2),
         "sampling": dict(ddtree, speculative_ddtree_budget=16, random_seed=7, **cap8),
         # Request features (test_08): the plain reference runs custom logit processors (opt-in at
-        # launch); DDTREE refuses that flag (patch 0023). Grammar: SGLang's default (xgrammar).
+        # launch); DDTREE refuses that flag (patch ddtree-server-args). Grammar: SGLang's default (xgrammar).
         "features-plain": dict(enable_custom_logit_processor=True),
         "features": dict(ddtree, speculative_ddtree_budget=16, **cap8),
         "headroom": dict(ddtree, speculative_ddtree_budget=16, context_length=HEADROOM_CONTEXT, **cap8,

@@ -34,7 +34,7 @@ def assert_greedy(outs, prompts, n, hf, plain_ids) -> None:
 
 def assert_overlap(eng, on: bool = True) -> None:
     """The engine resolved overlap scheduling as expected (``--disable-overlap-schedule`` is the
-    only way off for DDTREE since patch 0018; on is SGLang's default, also on the CPU engine for
+    only way off for DDTREE since patch ddtree-server-args; on is SGLang's default, also on the CPU engine for
     the DFlash family)."""
     got = eng.server_args.get("disable_overlap_schedule")
     assert got == str(not on), f"{eng.name}: disable_overlap_schedule={got!r}, expected {not on}"

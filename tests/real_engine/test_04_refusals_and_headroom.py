@@ -40,7 +40,7 @@ def test_kv_rows_at_the_context_limit(engines, hf_greedy):
 
 def test_default_topk_cap_lowered_to_the_vocabulary(engines, re_models, hf_greedy):
     """Budget 23 with no cap: the default cap min(23, 32) = 23 exceeds the 12-token vocabulary.
-    Before patch 0021 the engine started and its scheduler died at the first decode step
+    Before the top-K cap check (patch ddtree-server-args) the engine started and its scheduler died at the first decode step
     (``torch.topk``: selected index k out of range); now the cap is lowered to 12 at start-up,
     and the engine decodes greedy's tokens."""
     kw = cases.engine_kwargs("ddtree16", re_models)

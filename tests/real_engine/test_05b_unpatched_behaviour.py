@@ -10,7 +10,7 @@ kernel under the interpreter), but its tokens are not greedy's, on the unpatched
 EAGLE lays out its tree mask by ``eagle_utils.default_tree_mask_mode()`` (pinned wheel :132-135), which is
 intel_amx's QLEN_ONLY whenever ``is_cpu()``, while the Triton backend's eager TARGET_VERIFY reads FULL_MASK
 (``triton_backend.py`` :1051-1057; forcing FULL_MASK made all 5 prompts greedy-equal). The series fixes that
-only for DDTREE (patch 0011). Comparing EAGLE needs the GPU engine (FULL_MASK there), or a shim that changes
+only for DDTREE (patch ddtree-verify-mask-layout). Comparing EAGLE needs the GPU engine (FULL_MASK there), or a shim that changes
 EAGLE's own choice, which this suite does not make.
 """
 

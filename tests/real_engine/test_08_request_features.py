@@ -6,7 +6,7 @@ same requests; the plain engine's answers are the reference. Greedy (T = 0) requ
 token is determined: ``return_logprob`` (with top log-probs), ``n > 1``, stop strings and stop
 token ids, and regex-constrained decoding (xgrammar) give what target-only gives.
 
-Refused instead: custom logit processors (DDTREE's tree verify does not run them, patch 0023:
+Refused instead: custom logit processors (DDTREE's tree verify does not run them, patch ddtree-server-args:
 the launch flag is refused, so SGLang refuses every request that carries one) and LoRA adapters
 (SGLang's own LoRA x speculative check does not list DDTREE). JSON-schema decoding is the same
 grammar path as regex (a vocabulary mask per verify row); it needs a vocabulary that can spell JSON, so

@@ -1,4 +1,4 @@
-"""An abort landing on a speculative accept run never emits more than max_new_tokens (patch 0022).
+"""An abort landing on a speculative accept run never emits more than max_new_tokens (patch spec-abort-caps-max-new-tokens).
 
 Run in a subprocess with PYTHONPATH = a patched sglang tree. REAL: ``Req.update_finish_state``
 and ``Req.output_ids_through_stop`` (what the batch result processor emits: ``finished_len``,

@@ -1,4 +1,4 @@
-"""spec_accept_rate for DDTREE (patch 0010), through SGLang's own per-request metric code.
+"""spec_accept_rate for DDTREE (patch ddtree-debug-metrics), through SGLang's own per-request metric code.
 
 Run in a subprocess with PYTHONPATH = a patched sglang tree. REAL: the patched
 ``TokenizerManager._calculate_spec_decoding_metrics`` (srt/managers/tokenizer_manager.py), the

@@ -190,7 +190,7 @@ def units() -> dict:
         out["bitpacking_refused"] = False
     except NotImplementedError as e:
         out["bitpacking_refused"] = str(e)
-    # T > 0 walk sampler (patch 0009): one target sample per node from softmax(logits / T)
+    # T > 0 walk sampler (patch ddtree-verify-input-and-walk): one target sample per node from softmax(logits / T)
     # (temperature only: top-k / top-p renorm are flashinfer kernels, absent on a CPU).
     from sglang.srt.speculative.eagle_utils import sample_tree_target_tokens
 

@@ -6,7 +6,7 @@ argv: fixtures dir, then the compute capability "major.minor" (9.0 Hopper, 10.0,
 REAL: SGLang's prepare_server_args + resolve_once (every resolution pass, the series'
 _handle_ddtree); ModelRunner.decode_num_tokens_per_req (the capture width of each decode graph
 runner, srt/model_executor/model_runner.py:876); DecodeCudaGraphRunner.get_spec_info (the
-capture dummy, srt/model_executor/runner/decode_cuda_graph_runner.py:2069 + patch 0014);
+capture dummy, srt/model_executor/runner/decode_cuda_graph_runner.py:2069 + patch ddtree-cuda-graph);
 DecodeInputBuffers.create (the runner's static custom-mask buffer); TritonAttnBackend.__init__,
 init_cuda_graph_state and _build_cuda_graph_forward_metadata (the verify-mask buffer and the
 TARGET_VERIFY metadata baked into a graph); ModelConfig from the fixture's config.json.

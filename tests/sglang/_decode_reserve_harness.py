@@ -1,4 +1,4 @@
-"""DDTREE's decode memory check reserves what DDTREE's decode step allocates (patch 0007).
+"""DDTREE's decode memory check reserves what DDTREE's decode step allocates (patch ddtree-kv-reserve).
 
 Run in a subprocess with PYTHONPATH = a patched sglang tree. REAL: the patched
 ``allocation_sizing.get_alloc_len_per_decode`` / ``get_alloc_reserve_per_decode`` (what
@@ -9,7 +9,7 @@ DFlashDraftInputV2.prepare_for_decode allocates with reserve = 2 * dflash_decode
 STOOD IN: the published config bags (runtime_context.get_spec / get_alloc_page_size /
 max_speculative_num_draft_tokens as imported by allocation_sizing.py:3-8 and
 dflash_info_v2.py; publishing needs a resolved server launch) as namespaces holding what
-DDTREE's server-args hook (patch 0003) sets: num_steps = b - 1, eagle_topk = K,
+DDTREE's server-args hook (patch ddtree-server-args) sets: num_steps = b - 1, eagle_topk = K,
 num_draft_tokens = B + 1, dflash_block_size = b; the requests as namespaces with the two KV
 lengths the functions read; ScheduleBatch via object.__new__ (the method reads no field).
 """

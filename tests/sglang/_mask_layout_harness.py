@@ -1,4 +1,4 @@
-"""The verify-mask layout DDTreeWorkerV2 hands the target attention backend (patch 0011).
+"""The verify-mask layout DDTreeWorkerV2 hands the target attention backend (patch ddtree-verify-mask-layout).
 
 Run in a subprocess with PYTHONPATH = a patched sglang tree, as on SGLang's CPU engine
 (SGLANG_USE_CPU_ENGINE=1: ``eagle_utils.default_tree_mask_mode()`` returns QLEN_ONLY there, the

@@ -73,7 +73,7 @@ def prewarm_shape() -> dict:
                       device="cpu", model_runner=runner,
                       model_config=types.SimpleNamespace(vocab_size=VOCAB),
                       _target_worker=types.SimpleNamespace(model_runner=runner))
-    # The builder capture (patch 0016) runs first in prewarm_sampling; tested elsewhere.
+    # The builder capture (patch ddtree-worker) runs first in prewarm_sampling; tested elsewhere.
     w.capture_ddtree_builder_graphs = lambda: []
     result = w.prewarm_sampling()
     shape = getattr(w, "_sampling_prewarm_shape", None)

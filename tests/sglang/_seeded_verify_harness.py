@@ -1,4 +1,4 @@
-"""Which T > 0 verify a DDTREE batch takes with and without per-request seeds (patch 0009's
+"""Which T > 0 verify a DDTREE batch takes with and without per-request seeds (patch ddtree-verify-input-and-walk's
 routing in ``eagle_utils.eagle_sample``), on the CPU; print one JSON report.
 
 Run in a subprocess with PYTHONPATH = a patched sglang tree. REAL: ``eagle_sample`` (the patched

@@ -1,4 +1,4 @@
-"""The DDTree walk sampler's per-node distribution at T > 0 (patch 0009), on the CPU.
+"""The DDTree walk sampler's per-node distribution at T > 0 (patch ddtree-verify-input-and-walk), on the CPU.
 
 Run in a subprocess with PYTHONPATH = a patched sglang tree. REAL: the patched
 ``eagle_utils.sample_tree_target_tokens`` (both its branches), ``apply_min_p_filter``,

@@ -207,7 +207,7 @@ def main() -> None:
         if mode == "worker":
             # The worker's own builder (never captures on a call) and its start-up capture,
             # for a stand-in plan (the real plan: test_memory_accounting.py).
-            # (Without patch 0016 the worker has neither: its builder is the legacy one.)
+            # (Without the start-up capture the worker has neither: its builder is the legacy one.)
             make = getattr(w, "_make_tree_builder", None)
             w.ddtree_builder = make() if make else W.GraphedTreeBuilder(budget)
             w.ddtree_builder_capture_plan = lambda: [1, 2, 4]
@@ -216,7 +216,7 @@ def main() -> None:
             GRAPHS["captured"] = startup() if startup else None
             GRAPHS["phase"] = "forward"
         elif mode == "draft-graph":
-            # The head folded into the draft block's graph (patch 0019): the worker registers
+            # The head folded into the draft block's graph (patch ddtree-worker): the worker registers
             # it as a capture tail hook of the draft runner right before the draft graphs are
             # captured; here the stand-in "capture" calls the hooks once per captured size
             # (largest first), and drafter_block's stand-in "replay" below re-runs them.
@@ -394,7 +394,7 @@ def main() -> None:
         prompts = [[(7 * b + k) % VOCAB for k in range(3 + b)] for b in range(BS)]
         report["cases"].append(run_case(budget, topk, metrics, prompts, 6))
 
-    # --speculative-ddtree-budget auto (patch 0020): the worker's tree is the largest budget's;
+    # --speculative-ddtree-budget auto (patch ddtree-worker): the worker's tree is the largest budget's;
     # each step verifies the subtree of the budget DDTreeAutoBudget picks (eagerly here).
     AUTO.update(on=True, budgets=[5, 11, 23])
     prompts = [[(7 * b + k) % VOCAB for k in range(3 + b)] for b in range(BS)]

@@ -1,5 +1,5 @@
 """DDTREE's spec_accept_rate = accepted draft tokens / (verify steps x tree depth limit), the
-depth limit being block_size - 1: the same denominator as DFLASH's rate (patch 0010), so the
+depth limit being block_size - 1: the same denominator as DFLASH's rate (patch ddtree-debug-metrics), so the
 two are comparable; SGLang's generic denominator (speculative_num_draft_tokens - 1 = B) would
 make a DDTREE step that accepts every draft it can read 15/64. Harness:
 _accept_rate_harness.py (what is real, what is stood in)."""

@@ -58,9 +58,9 @@ def test_derived_shape(report, name, b, k, budget):
     assert r["speculative_eagle_topk"] == k
     assert r["speculative_num_draft_tokens"] == budget + 1
     assert r["page_size"] == 1
-    # CUDA graphs stay on with triton and flashinfer (patch 0014's default since the GPU checks)
+    # CUDA graphs stay on with triton and flashinfer (patch ddtree-server-args's default since the GPU checks)
     assert r["disable_cuda_graph"] is False, r
-    # Overlap scheduling stays on (SGLang's default) under DDTREE since patch 0018.
+    # Overlap scheduling stays on (SGLang's default) under DDTREE since patch ddtree-server-args.
     assert r["disable_overlap_schedule"] is False, r
     assert r["attention_backend"] in ("flashinfer", "triton")
 
@@ -71,7 +71,7 @@ def test_overlap_schedule_can_still_be_turned_off(report):
 
 
 def test_auto_budget_resolves_to_the_largest_of_its_budgets(report):
-    """Issue 20 (patch 0020): --speculative-ddtree-budget auto keeps the word (the worker reads it)
+    """Issue 20 (patch ddtree-server-args): --speculative-ddtree-budget auto keeps the word (the worker reads it)
     and sizes everything static for the largest budget it may pick, 8b - 1: the verify width, KV
     reserve and the top-K cap (min(127, 32))."""
     r = _ok(report, "budget_auto")
@@ -152,7 +152,7 @@ def test_t_gt_0_walk_sampler_matches_target_distribution(report):
 @pytest.mark.parametrize("cap", ["9.0", "10.0", "12.0"])
 def test_ddtree_decode_cuda_graphs_full_resolution(patched_site, harness, model_fixtures, cap):
     """CUDA graphs through the WHOLE ServerArgs resolution (resolve_once) on a mocked sm90 /
-    sm100 / sm120 CUDA platform. On triton and flashinfer the decode graphs stay on (patch 0014:
+    sm100 / sm120 CUDA platform. On triton and flashinfer the decode graphs stay on (patch ddtree-server-args:
     triton since the H200 check, issue 12; flashinfer since the H100 check, issue 22).
     --no-speculative-ddtree-cuda-graph ends with the decode graph backend disabled (issue 9:
     flipping only disable_cuda_graph left it 'full', cuda_graph_config is resolved from the
@@ -186,7 +186,7 @@ def test_ddtree_unset_attention_backend_reads_a_tree_mask(patched_site, harness,
 def test_ddtree_req_to_token_row_headroom_covers_decode_reserve(patched_site, harness,
                                                                 model_fixtures):
     """Issue 9 (KV row headroom): req_to_token rows are context_len + extra wide, and a DDTREE
-    decode reserves committed + 2 * max(b, B + 1) slots (dflash_decode_window, patch 0007).
+    decode reserves committed + 2 * max(b, B + 1) slots (dflash_decode_window, patch ddtree-kv-reserve).
     extra was 4 + (B + 1): near the context limit a request wrote into the next row."""
     rep = harness(patched_site, "_graphs_harness.py", str(model_fixtures), "12.0")
     for name in ("ddtree_triton", "ddtree_b16_budget4"):

@@ -1,4 +1,4 @@
-"""Issue 12 (CUDA graphs for DDTREE, patch 0014): --speculative-ddtree-cuda-graph, on CPU.
+"""Issue 12 (CUDA graphs for DDTREE, patches ddtree-server-args and ddtree-cuda-graph): --speculative-ddtree-cuda-graph, on CPU.
 
 Through the WHOLE ServerArgs resolution on a mocked sm90 / sm100 / sm120 CUDA platform
 (_ddtree_cuda_graph_harness.py says what is real and what is stood in):
@@ -44,7 +44,7 @@ def test_flag_keeps_decode_graphs_on(rep):
         assert c["decode"] == "full", c
         assert c["disable_cuda_graph"] is False, c
         assert c["attention_backend"] in ("flashinfer", "triton"), c
-        # Overlap scheduling stays on with graphs (patch 0018).
+        # Overlap scheduling stays on with graphs (patch ddtree-server-args).
         assert c["disable_overlap_schedule"] is False, c
     assert _ok(rep, "flag_triton")["num_draft_tokens"] == 65
     assert _ok(rep, "flag_triton_b255")["num_draft_tokens"] == 256

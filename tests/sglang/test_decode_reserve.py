@@ -1,6 +1,6 @@
 """DDTREE's decode memory check (and so the retraction) reserves exactly the
 2 x max(b, B + 1) per request that DDTREE's decode step allocates, not EAGLE's
-2 x max((b - 1) x K, B + 1) (patch 0007). Harness: _decode_reserve_harness.py."""
+2 x max((b - 1) x K, B + 1) (patch ddtree-kv-reserve). Harness: _decode_reserve_harness.py."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""DDTREE's start-up memory accounting (issue 9, patches 0015 and 0016), on the CPU.
+"""DDTREE's start-up memory accounting (issue 9, patch ddtree-worker), on the CPU.
 
 What is REAL: the patched SGLang modules under their real dependencies;
-``DDTreeWorkerV2.prewarm_sampling`` / ``_sampling_prewarm_shape`` (patch 0015) with DFlash's
+``DDTreeWorkerV2.prewarm_sampling`` / ``_sampling_prewarm_shape`` (patch ddtree-worker) with DFlash's
 ``_prewarm_batch_size``, SGLang's graph-pool borrow switches and ``SamplingPrewarmResult``;
-``DDTreeWorkerV2.ddtree_builder_capture_plan`` (patch 0016) after SGLang's FULL DDTREE
+``DDTreeWorkerV2.ddtree_builder_capture_plan`` (patch ddtree-worker) after SGLang's FULL DDTREE
 ``ServerArgs`` resolution (``prepare_server_args`` + ``resolve_once``) read through SGLang's
 runtime context (``create_context``/``get_exec``), and SGLang's own
 ``generate_decode_cuda_graph_batch_sizes`` as the reference ladder.
@@ -51,7 +51,7 @@ def test_sampling_prewarm_covers_bs_times_budget_plus_one_rows(report):
 def test_builder_capture_plan_is_sglangs_decode_batch_sizes(report):
     """(b) The tree builder's graphs are captured for SGLang's decode CUDA-graph batch sizes
     (the same sizes the target's decode graphs are captured for: with triton DDTREE keeps them
-    on, patch 0014) up to the largest decode batch, plus that batch, so every decode batch pads
+    on, patch ddtree-server-args) up to the largest decode batch, plus that batch, so every decode batch pads
     into a captured graph."""
     plan = report["plan"]
     for name, case in plan.items():

@@ -1,5 +1,5 @@
 """DDTree's T > 0 walk sampler draws each node from the target's own filtered distribution
-(temperature, top-k, top-p and min-p), as SGLang's normal sampler does (patch 0009).
+(temperature, top-k, top-p and min-p), as SGLang's normal sampler does (patch ddtree-verify-input-and-walk).
 
 The harness (_walk_sampling_harness.py) says what is real and what is stood in. Guards the
 min-p fix: without min-p in ``sample_tree_target_tokens`` the walk draws tokens that min-p

@@ -1,10 +1,10 @@
-"""DDTreeWorkerV2's decode step (patch 0008) on the CPU, against a reference walk.
+"""DDTreeWorkerV2's decode step (patch ddtree-worker) on the CPU, against a reference walk.
 
 What is REAL (the patched SGLang code, imported under its real dependencies):
   ``DDTreeWorkerV2.forward_batch_generation`` -> ``_forward_ddtree_decode`` (the whole step as
   shipped), ``DDTreeDraftHead`` (the lm_head projection through a real dense lm_head module,
   ``topk_logprobs_from_logits``' CPU path, ``ddtree_guard_topk``),
-  ``build_ddtree_tree_from_topk`` (the core, patch 0001), ``DDTreeVerifyInput.from_tree`` and
+  ``build_ddtree_tree_from_topk`` (the core, patch ddtree-tree-builder), ``DDTreeVerifyInput.from_tree`` and
   ``ddtree_verify_mask`` (FULL_MASK layout, the one the GPU backends read),
   ``make_draft_input_v2`` / ``DFlashDraftInputV2``, ``GenerationBatchResult``, the accepted-path
   compaction ``eagle_worker_common._compact_accept_to_front`` and ``DDTreeDebugMetrics``.
@@ -78,7 +78,7 @@ def test_debug_metrics_in_meta_info(report):
 
 
 def test_draft_kv_append_projects_only_committable_rows(report):
-    """Issue 9 (memory accounting, patch 0017): the draft-KV append gathers the first
+    """Issue 9 (memory accounting, patch ddtree-worker): the draft-KV append gathers the first
     w = min(b, B + 1) rows of each request's compacted verify block (at most b are committed)
     before the drafter's projections, instead of projecting all bs * (B + 1) rows; the
     accepted rows, their positions and draft cache slots are unchanged (checked per step in
@@ -92,7 +92,7 @@ def test_draft_kv_append_projects_only_committable_rows(report):
 
 
 def test_builder_graphs_captured_at_startup_never_in_a_step(report):
-    """Issue 9 (patch 0016): the worker captures the tree builder's graphs at start-up
+    """Issue 9 (patch ddtree-worker): the worker captures the tree builder's graphs at start-up
     (capture_ddtree_builder_graphs, largest first) and its decode steps only replay them: the
     batch of 3 pads into the size-4 graph, the trees and tokens are unchanged. The control is the
     builder the worker made before the fix: it captured inside the first decode step.
@@ -109,7 +109,7 @@ def test_builder_graphs_captured_at_startup_never_in_a_step(report):
 
 
 def test_tree_taken_from_the_draft_graph_replay(report):
-    """Issue 20 (patch 0019): with decode CUDA graphs the per-depth top-K and the tree builder
+    """Issue 20 (patch ddtree-worker): with decode CUDA graphs the per-depth top-K and the tree builder
     are a capture tail hook of the draft runner (DDTreeDraftHead), registered by the worker
     right before the draft graphs are captured, so a graphed step takes its tree from the draft
     graph's replay (static buffers; a batch of 3 padded into the size-4 graph, garbage padding
@@ -124,7 +124,7 @@ def test_tree_taken_from_the_draft_graph_replay(report):
 
 
 def test_auto_budget_steps_verify_the_subtree_of_the_chosen_budget(report):
-    """Issue 20 (patch 0020): with ``--speculative-ddtree-budget auto`` the worker builds the largest
+    """Issue 20 (patch ddtree-worker): with ``--speculative-ddtree-budget auto`` the worker builds the largest
     budget's tree and each step verifies the subtree of the budget its controller picks (a new
     batch size runs every candidate once, smallest first). Every step's verified tree equals the
     heap oracle's tree for that budget, the tokens equal the reference walk and target-only greedy,

@@ -538,7 +538,7 @@ def main(argv=None) -> int:
         "--ddtree-graph-args",
         default=os.environ.get("H200_DDTREE_GRAPH_ARGS", ""),
         help="extra engine flags for the ddtree-B*-graphs cases (graphs are DDTREE's default with "
-        "triton since patch 0014; e.g. --speculative-ddtree-cuda-graph to say so explicitly)",
+        "triton since patch ddtree-server-args; e.g. --speculative-ddtree-cuda-graph to say so explicitly)",
     )
     ap.add_argument(
         "--attention-backend",
