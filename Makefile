@@ -60,12 +60,14 @@ demo: demo-venv sshd
 
 # The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
 # ruff's rules and mypy's files and overrides live in pyproject.toml ([tool.ruff], [tool.mypy]);
-# `make test` runs both first.
+# `make test` runs both first. tools/lint_series.py: black / isort / pyflakes over the series' SGLang files
+# (SGLang's formatter and settings; the files the series adds and, where upstream is black-clean, the ones it changes).
 LINT_PATHS := deploy/ddtree_deploy tools tests/foundation tests/deploy tests/testkit.py tests/conftest.py
-lint: venv
+lint: venv snapshot
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
+	$(PY) tools/lint_series.py
 
 test: venv sshd snapshot lint
 	@start=$$(date +%s); $(PY) -m pytest -q --durations=40 $(PYTEST_ARGS); rc=$$?; \
