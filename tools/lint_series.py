@@ -37,7 +37,10 @@ def _tool(venv_bin: Path, argv: list[str]) -> list[str]:
 
 def _run(cmd: list[str], cwd: Path, files: list[str]) -> bool:
     """True when ``cmd`` accepts ``files``; a tool that fails to run at all (usage error, crash) raises."""
-    proc = subprocess.run([*cmd, *files], cwd=cwd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run([*cmd, *files], cwd=cwd, capture_output=True, text=True)
+    except FileNotFoundError:
+        raise SystemExit(f"{cmd[0]} is not installed; fix: make venv (the test extra pins black and isort)") from None
     if proc.returncode not in (0, 1):
         raise SystemExit(f"{' '.join(cmd)} failed to run (rc={proc.returncode}): {proc.stderr.strip()[-800:]}")
     return proc.returncode == 0
