@@ -205,33 +205,32 @@ def compile_check(result: ApplyResult) -> list[str]:
         if not fr.path.endswith(".py"):
             continue
         for name, content in fr.history:
-            if content is None:
+            exc = _compile_error(fr.path, content)
+            if exc is None:
                 continue
-            try:
-                compile(content, fr.path, "exec", dont_inherit=True)
-            except (SyntaxError, ValueError) as exc:
-                lineno = getattr(exc, "lineno", None)
-                msg = getattr(exc, "msg", str(exc))
-                later = (
-                    ""
-                    if _compile_error(fr.path, fr.result)
-                    else (", though a later patch repairs it: each patch must compile on its own")
-                )
-                raise CompileError(
-                    f"{fr.path}:{lineno}: {msg} (introduced by {name}{later})",
-                    hint=f"fix {name}: ddtree-deploy patches edit, amend its commit, ddtree-deploy patches refresh",
-                    details={"file": fr.path, "line": lineno, "patch": name, "reason": msg},
-                ) from None
+            lineno = getattr(exc, "lineno", None)
+            msg = getattr(exc, "msg", str(exc))
+            later = (
+                ""
+                if _compile_error(fr.path, fr.result)
+                else ", though a later patch repairs it: each patch must compile on its own"
+            )
+            raise CompileError(
+                f"{fr.path}:{lineno}: {msg} (introduced by {name}{later})",
+                hint=f"fix {name}: ddtree-deploy patches edit, amend its commit, ddtree-deploy patches refresh",
+                details={"file": fr.path, "line": lineno, "patch": name, "reason": msg},
+            )
         if fr.result is not None:
             checked.append(fr.path)
     return checked
 
 
-def _compile_error(path: str, content: bytes | None) -> bool:
+def _compile_error(path: str, content: bytes | None) -> SyntaxError | ValueError | None:
+    """The error compiling ``content`` raises (``None`` when it compiles or the file is deleted)."""
     if content is None:
-        return False
+        return None
     try:
         compile(content, path, "exec", dont_inherit=True)
-    except (SyntaxError, ValueError):
-        return True
-    return False
+    except (SyntaxError, ValueError) as exc:
+        return exc
+    return None
