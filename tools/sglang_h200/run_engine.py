@@ -191,6 +191,8 @@ def make_8b_configs(root: Path) -> tuple[Path, Path]:
 DDTREE_GRAPH_ARGS: list[str] = []  # --ddtree-graph-args: extra flags for the DDTREE graphs-on cases
 # --attention-backend / --sampling-backend: triton + pytorch unless FlashInfer is carried (issue 22)
 BACKENDS = {"attention": "triton", "sampling": "pytorch"}
+# --mem-fraction-static for every case; "default" leaves it to SGLang (what a user who does not pass it gets)
+MEM_FRACTION = {"static": "0.75"}
 
 
 def server_argv(
@@ -208,8 +210,7 @@ def server_argv(
         "--trust-remote-code",
         "--random-seed",
         "0",
-        "--mem-fraction-static",
-        "0.75",
+        *(["--mem-fraction-static", MEM_FRACTION["static"]] if MEM_FRACTION["static"] != "default" else []),
         "--log-level",
         "warning",
         "--sampling-backend",
@@ -265,6 +266,8 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
         t0 = time.perf_counter()
         engine = sglang.Engine(server_args=prepare_server_args(argv))
         res = {"start_s": round(time.perf_counter() - t0, 1), "runs": []}
+        # what SGLang resolved (with "default" it sizes the static pool itself)
+        res["mem_fraction_static"] = getattr(engine.server_args, "mem_fraction_static", None)
         sp0 = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
         engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp0, max_new_tokens=4))  # warm
         for temp, prompts in [(t, p) for t in temps for p in prompts_by_batch]:
@@ -553,6 +556,11 @@ def main(argv=None) -> int:
         help="SGLang's sampler at T > 0 (greedy is argmax either way)",
     )
     ap.add_argument(
+        "--mem-fraction-static",
+        default=os.environ.get("H200_MEM_FRACTION", "0.75"),
+        help='every case\'s --mem-fraction-static; "default": not passed, SGLang sizes it',
+    )
+    ap.add_argument(
         "--profile", nargs="*", default=[], help="cases (time part) that also record a torch profiler trace of 8 decode steps"
     )
     ap.add_argument("--profile-dir", type=Path, default=Path(os.environ.get("OUT", "/tmp")) / "prof")
@@ -561,6 +569,7 @@ def main(argv=None) -> int:
 
     DDTREE_GRAPH_ARGS[:] = shlex.split(args.ddtree_graph_args)
     BACKENDS.update(attention=args.attention_backend, sampling=args.sampling_backend)
+    MEM_FRACTION.update(static=args.mem_fraction_static)
     args.work.mkdir(parents=True, exist_ok=True)
     global SINK
     SINK = args.out
