@@ -21,7 +21,7 @@ GRAPH_MAX_BS = 4   # SGLang's largest decode graph batch (max_decode_logits_rows
 MAX_RUNNING = 6
 
 
-def prewarm_shape() -> dict:
+def prewarm_shape(failing_walk=None) -> dict:
     """DDTreeWorkerV2.prewarm_sampling on a stood-in CUDA device: which logits shape it
     rehearses and what headroom it records."""
     from sglang.srt import utils as sgl_utils
@@ -57,7 +57,7 @@ def prewarm_shape() -> dict:
         peak["bytes"] = 3 * logits.numel() * 4
         return torch.zeros((batch_size, draft_token_num), dtype=torch.int64)
 
-    EU.sample_tree_target_tokens = walk_sampler
+    EU.sample_tree_target_tokens = failing_walk or walk_sampler
 
     # --- the worker: attributes its __init__ sets (the real __init__ loads two models) -----
     w = object.__new__(W.DDTreeWorkerV2)
@@ -84,6 +84,22 @@ def prewarm_shape() -> dict:
         "input_bytes": result.sampling_input_bytes,
         "recorded": runner.sampling_prewarm_result == result,
     }
+
+
+def prewarm_out_of_memory() -> dict:
+    """prewarm_sampling when the rehearsal's allocation fails (as on an 80 GB H100 with
+    --speculative-ddtree-budget auto, bench/engine-h200/flashinfer-step-h100-2026-12-06/): the
+    error the server stops with. Stood in: the failing allocation (the walk sampler raises
+    torch's OutOfMemoryError, as torch.empty does on the GPU) and torch.cuda.mem_get_info."""
+    def failing_walk(logits, sampling_info, *, batch_size, draft_token_num):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.32 GiB.")
+
+    torch.cuda.mem_get_info = lambda *a, **k: (617 << 20, 80 << 30)
+    try:
+        prewarm_shape(failing_walk)
+    except BaseException as e:  # noqa: BLE001 -- the error is the result
+        return {"type": type(e).__name__, "message": str(e), "cause": type(e.__cause__).__name__}
+    return {"type": None}
 
 
 def capture_plan(fx: str) -> dict:
@@ -140,6 +156,7 @@ def main() -> None:
 
         report["prewarm"] = {"error": f"{type(e).__name__}: {e}"[:400],
                              "where": traceback.format_exc()[-1500:]}
+    report["prewarm_oom"] = prewarm_out_of_memory()
     print("REPORT " + json.dumps(report, default=str))
 
 

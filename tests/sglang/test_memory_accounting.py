@@ -48,6 +48,20 @@ def test_sampling_prewarm_covers_bs_times_budget_plus_one_rows(report):
     assert bs * (budget + 1) > min(graph_max_bs * (budget + 1) // block, max_running) * block
 
 
+def test_a_rehearsal_that_does_not_fit_stops_start_up_with_the_flags_that_make_room(report):
+    """On an 80 GB H100, `--speculative-ddtree-budget auto` with SGLang's default
+    --mem-fraction-static died at start-up in this rehearsal with torch's bare "CUDA out of
+    memory" (bench/engine-h200/flashinfer-step-h100-2026-12-06/). The server must say what the
+    rehearsal needed and which flags make room."""
+    e = report["prewarm_oom"]
+    assert e["type"] == "RuntimeError" and e["cause"] == "OutOfMemoryError", e
+    m = e["message"]
+    assert "4 requests x 17 tree rows (B + 1) x 50 vocabulary entries" in m, m  # min(4 x 17 // 17, 6)
+    assert "0.60 GiB was free" in m, m  # 617 MiB
+    for flag in ("--mem-fraction-static", "--max-running-requests", "--speculative-ddtree-budget"):
+        assert flag in m, (flag, m)
+
+
 def test_builder_capture_plan_is_sglangs_decode_batch_sizes(report):
     """(b) The tree builder's graphs are captured for SGLang's decode CUDA-graph batch sizes
     (the same sizes the target's decode graphs are captured for: with triton DDTREE keeps them
