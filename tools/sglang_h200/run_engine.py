@@ -266,8 +266,8 @@ def _child(conn, argv, prompts_by_batch, max_new_tokens, env, temps=(0.0,)):
         t0 = time.perf_counter()
         engine = sglang.Engine(server_args=prepare_server_args(argv))
         res = {"start_s": round(time.perf_counter() - t0, 1), "runs": []}
-        # what SGLang resolved (with "default" it sizes the static pool itself)
-        res["mem_fraction_static"] = getattr(engine.server_args, "mem_fraction_static", None)
+        # what was passed ("default": nothing, SGLang sizes the static pool in the scheduler process)
+        res["mem_fraction_static"] = MEM_FRACTION["static"]
         sp0 = {"temperature": 0.0, "max_new_tokens": max_new_tokens, "ignore_eos": True}
         engine.generate(input_ids=prompts_by_batch[0][:1], sampling_params=dict(sp0, max_new_tokens=4))  # warm
         for temp, prompts in [(t, p) for t in temps for p in prompts_by_batch]:
