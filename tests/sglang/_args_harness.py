@@ -137,6 +137,12 @@ def main() -> None:
         from sglang.srt.speculative.dflash_worker_v2 import DFlashWorkerV2
 
         report["dispatch"]["worker_is_dflash_v2"] = issubclass(worker_cls, DFlashWorkerV2)
+        # The drafter's parallel layout (draft_parallel.py): DDTREE runs DFlash's drafter.
+        from sglang.srt.speculative.draft_parallel import legacy_draft_parallel_spec
+
+        report["dispatch"]["draft_layout_as_dflash"] = str(legacy_draft_parallel_spec(algo)) == str(
+            legacy_draft_parallel_spec(SpeculativeAlgorithm.DFLASH)
+        )
     except Exception:  # noqa: BLE001
         report["dispatch"] = {"error": traceback.format_exc()}
     report["units"] = units()

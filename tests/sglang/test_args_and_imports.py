@@ -27,7 +27,10 @@ def test_patched_modules_import(report):
 def test_dispatch(report):
     d = report["dispatch"]
     assert "error" not in d, d
-    assert d["name"] == "DDTREE" and d["is_ddtree"] and d["is_dflash_family"] and d["is_dflash"]
+    # DDTREE has its own predicate and joins the DFlash family; upstream's is_dflash() keeps
+    # meaning linear DFlash (issue 24: widening it changed 13 upstream call sites unseen).
+    assert d["name"] == "DDTREE" and d["is_ddtree"] and d["is_dflash_family"] and not d["is_dflash"]
+    assert d["draft_layout_as_dflash"] is True, d
     assert d["dflash_is_ddtree"] is False
     assert d["supports_mixed_chunk"] is False
     assert d["worker"] == "sglang.srt.speculative.ddtree_worker_v2.DDTreeWorkerV2"
