@@ -30,8 +30,6 @@ MODULE_NAME = "sglang.srt.speculative.ddtree_utils"
 REQUIRED_NAMES = (
     "build_ddtree_tree_from_topk",
     "ddtree_accept",
-    "positional_gumbel",
-    "sample_target_tokens",
     "predicted_accept_length",
 )
 

@@ -16,6 +16,7 @@ import torch
 
 from .core import ddtree_utils
 from .engine import tree_attention_mask
+from .sampling import positional_gumbel, sample_target_tokens
 
 
 def _sync(dev):
@@ -56,8 +57,8 @@ def bench(
             logits = torch.randn(1, N, vocab, device=dev, dtype=torch.bfloat16)
             _sync(dev)
             t0 = time.perf_counter()
-            gum = du.positional_gumbel(torch.tensor([seed], device=dev), tree.positions, vocab) if temperature > 0 else None
-            tt = du.sample_target_tokens(logits, temperature, gum)
+            gum = positional_gumbel(torch.tensor([seed], device=dev), tree.positions, vocab) if temperature > 0 else None
+            tt = sample_target_tokens(logits, temperature, gum)
             _sync(dev)
             t["sample"] = time.perf_counter() - t0
             t0 = time.perf_counter()

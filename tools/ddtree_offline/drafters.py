@@ -141,7 +141,7 @@ class SyntheticDrafter:
         """
         from transformers import DynamicCache
 
-        from .core import ddtree_utils
+        from .sampling import positional_gumbel, sample_target_tokens
 
         ctx = [int(t) for t in context_ids]
         key = (float(temperature), int(seed))
@@ -150,7 +150,6 @@ class SyntheticDrafter:
             self._seq, self._fed, self._key = list(ctx), 0, key
         need = len(ctx) + depth - len(self._seq)
         if need > 0:
-            du = ddtree_utils()
             dev = self._device()
             seeds = torch.tensor([seed], device=dev, dtype=torch.long)
             for _ in range(need):
@@ -162,9 +161,9 @@ class SyntheticDrafter:
                 ]
                 gumbel = None
                 if temperature > 0:
-                    gumbel = du.positional_gumbel(seeds, positions[:, -1:], logits.shape[-1])
+                    gumbel = positional_gumbel(seeds, positions[:, -1:], logits.shape[-1])
                 self._fed = len(self._seq)
-                self._seq.append(int(du.sample_target_tokens(logits, temperature, gumbel)[0, 0]))
+                self._seq.append(int(sample_target_tokens(logits, temperature, gumbel)[0, 0]))
         return self._seq[len(ctx) : len(ctx) + depth]
 
     def _row(self, position: int, q: float, prev_token: int, oracle_token: int, device) -> torch.Tensor:

@@ -2,7 +2,7 @@
 
 Batch size 1, pure torch over a Hugging Face causal LM with a :class:`transformers.DynamicCache`.
 Every emitted token comes from the target (argmax at T=0; at T>0 ``argmax(logits/T + g)`` with
-``g = positional_gumbel(seed, absolute position)`` from the DDTree core), so all three methods
+``g = positional_gumbel(seed, absolute position)``, ``sampling.py``), so all three methods
 emit exactly the same tokens for the same (prompt, seed): that is the losslessness property the
 tests check.
 
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from .core import ddtree_utils
+from .sampling import positional_gumbel, sample_target_tokens
 
 METHODS = ("target", "dflash", "ddtree")
 _ALIASES = {"baseline": "target", "ar": "target", "linear": "dflash"}
@@ -121,12 +122,11 @@ class OfflineEngine:
 
     def _sample(self, logits: torch.Tensor, positions: torch.Tensor, temperature: float, seed: int) -> torch.Tensor:
         """Target tokens ``[1, n]`` for logits ``[1, n, V]`` at absolute ``positions`` ``[1, n]``."""
-        du = ddtree_utils()
         gumbel = None
         if temperature > 0:
             seeds = torch.tensor([seed], dtype=torch.long, device=logits.device)
-            gumbel = du.positional_gumbel(seeds, positions, logits.shape[-1])
-        return du.sample_target_tokens(logits, temperature, gumbel)
+            gumbel = positional_gumbel(seeds, positions, logits.shape[-1])
+        return sample_target_tokens(logits, temperature, gumbel)
 
     def _forward(self, ids, positions, cache, attention_mask=None):
         return self.target(
