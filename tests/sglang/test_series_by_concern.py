@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -45,6 +46,21 @@ def test_each_file_belongs_to_one_patch_and_each_patch_says_why():
         message = text[: text.index("diff --git")]
         assert len(message.split()) >= 40, f"{patch.name}: its message must say what it does and why"
         assert message.splitlines()[0].strip(), f"{patch.name}: the message starts with its summary line"
+
+
+# A path of this repository (bench/, tests/, tools/, docs/) or its name: SGLang's code must not
+# point a reader at files that exist only here (issue 24). Patch messages may (they are ours).
+_REPO_CITATION = re.compile(r"(?<![\w/.])(bench|tests|tools|docs)/[\w.-]+|ddtree-deploy's")
+
+
+def test_no_code_the_series_adds_cites_a_file_of_this_repository():
+    found = []
+    for patch in _series().patches:
+        text = (SERIES / patch.name).read_text()
+        for line in text[text.index("diff --git") :].splitlines():
+            if line.startswith("+") and not line.startswith("+++") and _REPO_CITATION.search(line):
+                found.append(f"{patch.name}: {line[:120]}")
+    assert not found, "\n".join(found)
 
 
 def test_each_patch_leaves_sglang_importable(tmp_path, snapshot_root):
