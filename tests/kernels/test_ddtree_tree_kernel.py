@@ -22,11 +22,14 @@ import pytest
 pytest.importorskip("triton")
 
 SCRIPT = textwrap.dedent(r"""
-    import json, sys, torch
+    import json, os, sys, torch
     from ddtree_deploy.build.overlay import import_patched
     du = import_patched("sglang.srt.speculative.ddtree_utils")
     assert du.tree_builder_backend("cpu") == "triton", "the kernel is not dispatched to"
     kmod = du._tree_kernel()
+    # The threshold search under test: bisection (the served default) or a bench variant
+    # (build_tree(probes=...)); set as the module default so every call of the grid uses it.
+    kmod._PROBES = int(os.environ["TEST_PROBES"])
     calls = {"tree": 0, "topk": 0}
     real_build, real_topk = kmod.build_tree, kmod.topk_logprobs
     def build_tree(*a, **k):
@@ -107,7 +110,7 @@ def test_triton_kernels_match_the_heap_oracle_under_the_interpreter(tmp_path, pr
     both top-K thresholds (the chunks' best keys at K >= 32, the chunk maxima below)."""
     script = tmp_path / "check.py"
     script.write_text(SCRIPT)
-    env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": "cpu", "SGLANG_DDTREE_KERNEL_PROBES": probes}
+    env = {**os.environ, "TRITON_INTERPRET": "1", "SGLANG_DDTREE_TREE_KERNEL": "cpu", "TEST_PROBES": probes}
     proc = subprocess.run([sys.executable, str(script), "11", grid], capture_output=True, text=True, env=env,
                           timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
