@@ -221,6 +221,19 @@ def units() -> dict:
     emp = counts / counts.sum(1, keepdim=True)
     ref = torch.softmax(logits / torch.repeat_interleave(temps, 2, 0), -1)
     out["walk_sampler_max_abs_err"] = float((emp - ref).abs().max())
+    # The metrics' log interval: SGLang's envs registry entry, read when the metrics are made.
+    import os
+
+    from sglang.srt.environ import envs
+    from sglang.srt.speculative.ddtree_metrics import DDTreeDebugMetrics
+
+    out["metrics_interval_registered"] = "SGLANG_DDTREE_METRICS_LOG_INTERVAL" in vars(type(envs))
+    out["metrics_interval_default"] = DDTreeDebugMetrics(depth=3, budget=4).log_interval
+    os.environ["SGLANG_DDTREE_METRICS_LOG_INTERVAL"] = "7"
+    try:
+        out["metrics_interval_env"] = DDTreeDebugMetrics(depth=3, budget=4).log_interval
+    finally:
+        del os.environ["SGLANG_DDTREE_METRICS_LOG_INTERVAL"]
     return out
 
 

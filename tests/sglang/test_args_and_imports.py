@@ -146,6 +146,13 @@ def test_verify_input_layout(report):
     assert u["bitpacking_refused"] and "FULL_MASK and QLEN_ONLY" in u["bitpacking_refused"]
 
 
+def test_metrics_log_interval_is_an_envs_knob(report):
+    """SGLANG_DDTREE_METRICS_LOG_INTERVAL is an entry of SGLang's envs registry (issue 24)."""
+    u = report["units"]
+    assert u["metrics_interval_registered"] is True, u
+    assert (u["metrics_interval_default"], u["metrics_interval_env"]) == (100, 7), u
+
+
 def test_t_gt_0_walk_sampler_matches_target_distribution(report):
     # 4000 draws per node: the empirical frequencies of the per-node target samples
     # match softmax(logits / T) (per-request temperatures 1.0 and 0.5).
