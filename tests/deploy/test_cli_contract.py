@@ -297,11 +297,13 @@ def test_ctrl_c_while_connecting_exits_130_within_a_second(silent):
     assert "Traceback" not in err and "interrupted" in err
 
 
-@pytest.mark.parametrize("after", [0.05, 2.0], ids=["while starting", "while building"])
-def test_ctrl_c_while_starting_or_building_exits_130_within_a_second(tmp_path, after):
+# No "while starting" case: its SIGINT (0.35 s after the spawn) passed without the entry point's early
+# handler, so it guarded nothing, and in a fresh clone on 2 busy cores it landed in Python's own start-up,
+# before any code of ours (exit -2, 2026-12-06). The import window has no deterministic test yet.
+def test_ctrl_c_while_building_exits_130_within_a_second(tmp_path):
     p = cli_subprocess(["build", "--wheel", "--out", str(tmp_path / "b"), "-v"])  # the wheel takes 10 s or more
     t0 = time.monotonic()
-    took = sigint_after(p, lambda: time.monotonic() - t0 > after, 60)
+    took = sigint_after(p, lambda: time.monotonic() - t0 > 2.0, 60)
     err = p.stderr.read().decode()
     assert p.returncode == 130 and took < WITHIN, (took, err[-2000:])
     assert not (tmp_path / "b").exists() and "Traceback" not in err
