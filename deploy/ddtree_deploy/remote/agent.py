@@ -1,7 +1,7 @@
 """The host-side half of ddtree-deploy: one self-contained script, run by the host's own Python.
 
 It is never imported on the host: the client sends this file's text over the SSH channel's stdin
-and runs it with ``PYTHON -c BOOTSTRAP`` (see ``hostops.BOOTSTRAP``), so nothing is installed on
+and runs it with ``PYTHON -c BOOTSTRAP`` (see ``connection.BOOTSTRAP``), so nothing is installed on
 the host and every remote path travels inside a JSON request, never through a shell.
 
 Protocol (``protocol.py``, whose source is sent ahead of this file): stdin ``<len>\\n<source>``
@@ -29,14 +29,20 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any, BinaryIO, Dict, List, Optional, Sequence, Tuple
 
 if __name__ != "__ddtree_agent__":  # imported on the client (tests): the protocol from its module
     from ddtree_deploy.remote.protocol import *  # noqa: F403  (on the host its source comes first)
+
+# Annotations are evaluated on the host when each ``def`` runs (no ``from __future__ import
+# annotations``: this file is not the first statement of the source the host compiles), so they use
+# only what Python 3.8's ``typing`` has (``Dict``/``List``/``Optional``, never ``dict[...]`` or ``X | Y``).
+JsonObj = Dict[str, Any]  # a JSON object: a request, a deploy record, a result
 _OUT = sys.stdout
 _stdout_ok = [True]
 
 
-def emit(kind, obj):
+def emit(kind: str, obj: JsonObj) -> None:
     if not _stdout_ok[0]:
         return
     try:
@@ -46,16 +52,16 @@ def emit(kind, obj):
         _stdout_ok[0] = False  # the client went away: keep going, the record has the outcome
 
 
-def event(phase, **kw):
+def event(phase: str, **kw: Any) -> None:
     kw["phase"] = phase
     emit("EVENT", kw)
 
 
-def now():
+def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
-def sha256_digest(path):
+def sha256_digest(path: str) -> bytes:
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         while True:
@@ -66,11 +72,11 @@ def sha256_digest(path):
     return h.digest()
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> str:
     return sha256_digest(path).hex()
 
 
-def file_sha(path):
+def file_sha(path: str) -> Optional[str]:
     """sha256 of a regular file, or None if it does not exist."""
     try:
         return sha256_file(path)
@@ -80,7 +86,7 @@ def file_sha(path):
         return "<directory>"
 
 
-def fsync_dir(path):
+def fsync_dir(path: str) -> None:
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:
@@ -96,7 +102,7 @@ def fsync_dir(path):
 class Fail(Exception):
     """An error the client maps to an exception class (``kind``) of ddtree_deploy.errors."""
 
-    def __init__(self, kind, message, hint=None, **details):
+    def __init__(self, kind: str, message: str, hint: Optional[str] = None, **details: Any) -> None:
         Exception.__init__(self, message)
         self.kind = kind
         self.message = message
@@ -107,8 +113,8 @@ class Fail(Exception):
 # --- where things are ---------------------------------------------------------------------------
 
 
-def find_site(req):
-    sp = req.get("site_packages")
+def find_site(req: JsonObj) -> str:
+    sp: Optional[str] = req.get("site_packages")
     if sp:
         return os.path.abspath(os.path.expanduser(sp))
     import importlib.util
@@ -120,17 +126,18 @@ def find_site(req):
     return os.path.dirname(os.path.abspath(list(spec.submodule_search_locations)[0]))
 
 
-def state_dir(req):
-    return os.path.abspath(os.path.expanduser(req["state_dir"]))
+def state_dir(req: JsonObj) -> str:
+    sd: str = req["state_dir"]
+    return os.path.abspath(os.path.expanduser(sd))
 
 
-def safe_join(site, rel):
+def safe_join(site: str, rel: str) -> str:
     if rel.startswith("/") or "\\" in rel or any(p in ("", ".", "..") for p in rel.split("/")):
         raise Fail(ErrorKind.USAGE, "refused path %r" % rel)
     return os.path.join(site, *rel.split("/"))
 
 
-def dist_version(site, package):
+def dist_version(site: str, package: str) -> Optional[str]:
     try:
         names = os.listdir(site)
     except OSError:
@@ -154,7 +161,7 @@ def dist_version(site, package):
 # --- lock -----------------------------------------------------------------------------------------
 
 
-def pid_start(pid):
+def pid_start(pid: int) -> Optional[str]:
     try:
         with open("/proc/%d/stat" % pid) as fh:
             return fh.read().rsplit(")", 1)[1].split()[19]
@@ -162,7 +169,7 @@ def pid_start(pid):
         return None
 
 
-def pid_zombie(pid):
+def pid_zombie(pid: int) -> bool:
     try:
         with open("/proc/%d/stat" % pid) as fh:
             return fh.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
@@ -170,7 +177,7 @@ def pid_zombie(pid):
         return False
 
 
-def lock_info(sd):
+def lock_info(sd: str) -> Optional[JsonObj]:
     lock = os.path.join(sd, "lock")
     if not os.path.isdir(lock):
         return None
@@ -198,7 +205,7 @@ def lock_info(sd):
     return info
 
 
-def acquire_lock(sd, req, op):
+def acquire_lock(sd: str, req: JsonObj, op: str) -> JsonObj:
     os.makedirs(sd, mode=0o700, exist_ok=True)
     lock = os.path.join(sd, "lock")
     try:
@@ -253,7 +260,7 @@ def acquire_lock(sd, req, op):
     return info
 
 
-def release_lock(sd, mine=False):
+def release_lock(sd: str, mine: bool = False) -> None:
     """Remove the lock; with ``mine``, only if this process still holds it (someone may have
     released it by hand and another deploy taken it since)."""
     lock = os.path.join(sd, "lock")
@@ -278,7 +285,7 @@ def release_lock(sd, mine=False):
 # --- records and audit ----------------------------------------------------------------------------
 
 
-def audit(sd, obj):
+def audit(sd: str, obj: JsonObj) -> None:
     obj = dict(obj)
     obj.setdefault("time", now())
     os.makedirs(sd, mode=0o700, exist_ok=True)
@@ -291,7 +298,7 @@ def audit(sd, obj):
         os.close(fd)
 
 
-def write_json_atomic(path, obj):
+def write_json_atomic(path: str, obj: JsonObj) -> None:
     tmp = path + ".tmp"
     with open(tmp, "w") as fh:
         json.dump(obj, fh, indent=1, sort_keys=True)
@@ -301,15 +308,15 @@ def write_json_atomic(path, obj):
     fsync_dir(os.path.dirname(path))
 
 
-def record_dir(sd, deploy_id):
+def record_dir(sd: str, deploy_id: str) -> str:
     if not deploy_id or "/" in deploy_id or deploy_id.startswith("."):
         raise Fail(ErrorKind.USAGE, "bad deploy id %r" % deploy_id)
     return os.path.join(sd, "deploys", deploy_id)
 
 
-def load_records(sd):
+def load_records(sd: str) -> List[JsonObj]:
     base = os.path.join(sd, "deploys")
-    out = []
+    out: List[JsonObj] = []
     try:
         names = sorted(os.listdir(base))
     except OSError:
@@ -324,7 +331,7 @@ def load_records(sd):
     return out
 
 
-def save_record(rec):
+def save_record(rec: JsonObj) -> None:
     rec["updated"] = now()
     write_json_atomic(os.path.join(rec["_dir"], "record.json"), {k: v for k, v in rec.items() if k != "_dir"})
 
@@ -335,7 +342,7 @@ def save_record(rec):
 RESERVE_MIN = 256 << 10
 
 
-def reserve_space(rdir, rec):
+def reserve_space(rdir: str, rec: JsonObj) -> str:
     need = max(RESERVE_MIN, 4 * len(json.dumps({k: v for k, v in rec.items() if k != "_dir"})) + (64 << 10))
     path = os.path.join(rdir, "reserve")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -351,7 +358,7 @@ def reserve_space(rdir, rec):
     return path
 
 
-def release_reserve(path):
+def release_reserve(path: Optional[str]) -> None:
     if path:
         try:
             os.unlink(path)
@@ -362,12 +369,12 @@ def release_reserve(path):
 # --- file operations ------------------------------------------------------------------------------
 
 
-def tmp_name(target, deploy_id):
+def tmp_name(target: str, deploy_id: str) -> str:
     d, b = os.path.split(target)
     return os.path.join(d, ".%s.ddtree-%s.tmp" % (b, deploy_id))
 
 
-def write_verified(path, data, sha, mode):
+def write_verified(path: str, data: bytes, sha: str, mode: int) -> None:
     """Write ``data`` to ``path`` (a temp name), fsync, chmod, re-read and check its sha256."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
@@ -384,7 +391,7 @@ def write_verified(path, data, sha, mode):
         raise Fail(ErrorKind.REMOTE, "%s: wrote sha256 %s, expected %s" % (path, got, sha))
 
 
-def drop_pycache(target):
+def drop_pycache(target: str) -> None:
     d, b = os.path.split(target)
     if not b.endswith(".py"):
         return
@@ -401,7 +408,7 @@ def drop_pycache(target):
         pass
 
 
-def restore_record(rec, site):
+def restore_record(rec: JsonObj, site: str) -> List[str]:
     """Put every file of ``rec`` back to its 'before' state; verify; return the problems found."""
     problems = []
     for f in rec["files"]:
@@ -451,7 +458,14 @@ for m in sys.argv[1:]:
 """
 
 
-def run_checks(site, paths, modules, timeout, run=(), python=None):
+def run_checks(
+    site: str,
+    paths: Sequence[str],
+    modules: Sequence[str],
+    timeout: float,
+    run: Sequence[str] = (),
+    python: Optional[str] = None,
+) -> JsonObj:
     """py_compile every deployed .py, import the smoke modules in a fresh interpreter, then run
     each ``run`` module as ``python -m M`` (e.g. the DDTree probe); any non-zero exit fails.
     ``python``: the interpreter for the imports and runs (default: the agent's own)."""
@@ -513,7 +527,7 @@ print(json.dumps(locs))
 """
 
 
-def import_check(site, package, python=None):
+def import_check(site: str, package: str, python: Optional[str] = None) -> JsonObj:
     """Prove the host interpreter (or ``python``) imports ``package`` from ``site`` (and from nowhere else)."""
     python = python or sys.executable
     want = os.path.realpath(os.path.join(site, package))
@@ -539,7 +553,7 @@ def import_check(site, package, python=None):
     return {"package": package, "expected": want, "found": found, "python": python, "ok": found == [want]}
 
 
-def require_import_from_site(site, package):
+def require_import_from_site(site: str, package: str) -> JsonObj:
     chk = import_check(site, package)
     if not chk["ok"]:
         where = (
@@ -561,7 +575,7 @@ def require_import_from_site(site, package):
 # --- operations -------------------------------------------------------------------------------------
 
 
-def op_probe(req, stdin):
+def op_probe(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     site = find_site(req)
     sd = state_dir(req)
     files = {}
@@ -572,7 +586,7 @@ def op_probe(req, stdin):
         anc = d
         while not os.path.isdir(anc) and os.path.dirname(anc) != anc:
             anc = os.path.dirname(anc)
-        info = {
+        info: JsonObj = {
             "exists": os.path.lexists(target),
             "sha256": file_sha(target),
             "dir_exists": os.path.isdir(d),
@@ -592,7 +606,7 @@ def op_probe(req, stdin):
                 with open(target, "rb") as fh:
                     info["content_hex"] = fh.read().hex()
         files[f["path"]] = info
-    free = {}
+    free: Dict[str, Optional[int]] = {}
     for key, path in (("site", site), ("state", sd)):
         p = path
         while not os.path.isdir(p) and os.path.dirname(p) != p:
@@ -630,7 +644,7 @@ def op_probe(req, stdin):
     }
 
 
-def _user():
+def _user() -> str:
     try:
         import pwd
 
@@ -639,7 +653,7 @@ def _user():
         return str(os.getuid())
 
 
-def read_payload(stdin, req):
+def read_payload(stdin: BinaryIO, req: JsonObj) -> Dict[str, bytes]:
     """Read and verify every blob before anything is written; a short read means the client went away."""
     blobs = {}
     for f in req["files"]:
@@ -665,14 +679,14 @@ def read_payload(stdin, req):
     return blobs
 
 
-def hook(req, name):
+def hook(req: JsonObj, name: str) -> None:
     t = (req.get("test_hooks") or {}).get(name)
     if t:
         event("test-hook", hook=name, sleep=t)
         time.sleep(float(t))
 
 
-def op_apply(req, stdin):
+def op_apply(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     """One push, as journaled steps: receive, lock, re-check, record, back up, stage, commit, smoke,
     record the outcome. Any failure once the record exists restores the host from the backup."""
     site = find_site(req)
@@ -706,7 +720,7 @@ def op_apply(req, stdin):
             pass
 
 
-def apply_audit_entry(req):
+def apply_audit_entry(req: JsonObj) -> JsonObj:
     """The audit-log fields every outcome of this push shares."""
     return {
         "op": "push",
@@ -718,7 +732,7 @@ def apply_audit_entry(req):
     }
 
 
-def receive_payload(sd, req, stdin, base):
+def receive_payload(sd: str, req: JsonObj, stdin: BinaryIO, base: JsonObj) -> Dict[str, bytes]:
     """The whole payload, verified, before the lock and before any write; a failed upload is audited."""
     try:
         return read_payload(stdin, req)
@@ -730,7 +744,7 @@ def receive_payload(sd, req, stdin, base):
         raise
 
 
-def recheck_under_lock(req, site):
+def recheck_under_lock(req: JsonObj, site: str) -> None:
     """Nothing may have changed since preflight: every target still has a hash the client allowed."""
     for f in req["files"]:
         got = file_sha(safe_join(site, f["path"]))
@@ -738,7 +752,7 @@ def recheck_under_lock(req, site):
             raise Fail(ErrorKind.DRIFT, "%s changed since preflight (sha256 %s)" % (f["path"], got), file=f["path"])
 
 
-def draft_record(sd, req, site):
+def draft_record(sd: str, req: JsonObj, site: str) -> JsonObj:
     """The deploy record before the first backup: what each file is now, and what it will be."""
     deploy_id = req["deploy_id"]
     rdir = record_dir(sd, deploy_id)
@@ -776,7 +790,7 @@ def draft_record(sd, req, site):
     return draft
 
 
-def write_draft_record(sd, req, site):
+def write_draft_record(sd: str, req: JsonObj, site: str) -> Tuple[JsonObj, str]:
     """Put the draft record and the space reserve on disk: nothing is written to site-packages until
     the outcome is sure to fit in the state dir. Returns (record, reserve path)."""
     draft = draft_record(sd, req, site)
@@ -795,7 +809,7 @@ def write_draft_record(sd, req, site):
     return draft, reserve
 
 
-def back_up_files(rec, site):
+def back_up_files(rec: JsonObj, site: str) -> None:
     """Copy every existing target into the record's backup/, verified against its hash and fsynced."""
     event("backup")
     for f in rec["files"]:
@@ -811,7 +825,7 @@ def back_up_files(rec, site):
         os.close(fd)
 
 
-def stage_files(rec, req, site, blobs):
+def stage_files(rec: JsonObj, req: JsonObj, site: str, blobs: Dict[str, bytes]) -> None:
     """Write each new file beside its target under a temp name (verified), creating missing dirs
     (each one recorded, so a rollback removes it)."""
     rec["status"] = STAGING
@@ -825,7 +839,7 @@ def stage_files(rec, req, site, blobs):
         write_verified(tmp_name(target, req["deploy_id"]), blobs[f["path"]], f["sha256"], int(f["mode"], 8))
 
 
-def make_parent_dirs(rec, site, d):
+def make_parent_dirs(rec: JsonObj, site: str, d: str) -> None:
     if os.path.isdir(d):
         return
     missing = []
@@ -839,7 +853,7 @@ def make_parent_dirs(rec, site, d):
     save_record(rec)
 
 
-def commit_files(rec, req, site):
+def commit_files(rec: JsonObj, req: JsonObj, site: str) -> None:
     """Rename each staged file over its target (or delete it), journaled as writing -> written."""
     rec["status"] = WRITING
     save_record(rec)
@@ -857,14 +871,14 @@ def commit_files(rec, req, site):
     save_record(rec)
 
 
-def verify_in_place(req, site):
+def verify_in_place(req: JsonObj, site: str) -> None:
     for f in req["files"]:
         got = file_sha(safe_join(site, f["path"]))
         if got != f.get("sha256"):
             raise Fail(ErrorKind.REMOTE, "%s: sha256 %s in place, expected %s" % (f["path"], got, f.get("sha256")))
 
 
-def smoke_in_place(rec, req, site):
+def smoke_in_place(rec: JsonObj, req: JsonObj, site: str) -> None:
     """py_compile + the smoke imports (and runs) on the files now in place; kept in the record."""
     smoke = req["smoke"]
     checks = run_checks(site, smoke["compile"], smoke["modules"], smoke["timeout"], smoke.get("run", ()))
@@ -873,7 +887,7 @@ def smoke_in_place(rec, req, site):
         raise Fail(ErrorKind.SMOKE_FAILED, "%s failed on the host" % checks["failed_step"], checks=checks)
 
 
-def record_deployed(rec, sd, base):
+def record_deployed(rec: JsonObj, sd: str, base: JsonObj) -> None:
     rec["status"] = DEPLOYED
     rec["finished"] = now()
     save_record(rec)
@@ -881,7 +895,7 @@ def record_deployed(rec, sd, base):
     audit(sd, dict(base, result="deployed", checks={k: v for k, v in checks.items() if k != "output_tail"}))
 
 
-def apply_failed(exc, rec, reserve, sd, site, base):
+def apply_failed(exc: BaseException, rec: Optional[JsonObj], reserve: Optional[str], sd: str, site: str, base: JsonObj) -> Fail:
     """The failure path of a push; returns the Fail to raise. Before the record exists only the
     audit log hears of it; after, the host is restored from the backup and the outcome recorded,
     and the message says exactly what the state dir could not record."""
@@ -901,7 +915,7 @@ def apply_failed(exc, rec, reserve, sd, site, base):
     return Fail(kind, msg, **details)
 
 
-def refused_before_record(fail, sd, base):
+def refused_before_record(fail: Fail, sd: str, base: JsonObj) -> Fail:
     try:
         audit(sd, dict(base, result="refused: " + fail.message))
     except OSError as exc:
@@ -909,7 +923,7 @@ def refused_before_record(fail, sd, base):
     return fail
 
 
-def restore_after_failure(rec, site, fail):
+def restore_after_failure(rec: JsonObj, site: str, fail: Fail) -> Tuple[str, List[str], List[str]]:
     """Restore every file the push touched (nothing to do while it was only backing up).
     Returns (the status it failed in, restore problems, what could not be recorded so far)."""
     prev = rec["status"]
@@ -926,7 +940,7 @@ def restore_after_failure(rec, site, fail):
     return prev, restore_record(rec, site), unsaved
 
 
-def settle_failed_record(rec, fail, prev, problems):
+def settle_failed_record(rec: JsonObj, fail: Fail, prev: str, problems: List[str]) -> Tuple[str, str]:
     """The record's final status after a failed push, and the error (kind, message) to report."""
     rec["failure"] = fail.message
     rec["finished"] = now()
@@ -938,7 +952,7 @@ def settle_failed_record(rec, fail, prev, problems):
     return ErrorKind.ROLLED_BACK, "%s; the host was restored to its previous state (verified)" % fail.message
 
 
-def save_failed_outcome(rec, sd, base, fail, unsaved):
+def save_failed_outcome(rec: JsonObj, sd: str, base: JsonObj, fail: Fail, unsaved: List[str]) -> List[str]:
     """Save the final record and the audit line; returns what could not be recorded."""
     try:
         save_record(rec)
@@ -952,16 +966,16 @@ def save_failed_outcome(rec, sd, base, fail, unsaved):
     return unsaved
 
 
-def backup_path(rec, rel):
+def backup_path(rec: JsonObj, rel: str) -> str:
     return os.path.join(rec["_dir"], "backup", *rel.split("/"))
 
 
-def plan_rollback(todo, site):
+def plan_rollback(todo: List[JsonObj], site: str) -> Tuple[List[JsonObj], List[JsonObj], List[JsonObj]]:
     """Check, before anything is written, that every record of ``todo`` (newest first) can be
     restored: each backup a restore will need is present with its recorded hash, and each
     current file is what our deploy left there. Returns (steps, broken, edited): ``steps`` per
     record the files to restore; ``broken`` and ``edited`` name each bad file and what was found."""
-    now_sha = {}  # path -> hash the file will have when this record's turn comes (after newer undos)
+    now_sha: Dict[str, Optional[str]] = {}  # path -> hash the file will have when this record's turn comes (after newer undos)
     steps, broken, edited = [], [], []
     for r in todo:
         status = r.get("status")
@@ -1001,7 +1015,7 @@ def plan_rollback(todo, site):
     return steps, broken, edited
 
 
-def keep_edited(sd, rollback_id, edited, site):
+def keep_edited(sd: str, rollback_id: str, edited: List[JsonObj], site: str) -> List[str]:
     """--force: copy each host-edited file into STATE/edited/<rollback id>/ (verified) before any write."""
     kept = []
     base = os.path.join(sd, "edited", rollback_id)
@@ -1022,7 +1036,7 @@ def keep_edited(sd, rollback_id, edited, site):
     return kept
 
 
-def _describe_edited(edited):
+def _describe_edited(edited: List[JsonObj]) -> str:
     return "; ".join(
         "%s: sha256 %s is neither what deploy %s put there (%s) nor what was there before (%s)"
         % (
@@ -1036,7 +1050,7 @@ def _describe_edited(edited):
     )
 
 
-def _describe_broken(broken):
+def _describe_broken(broken: List[JsonObj]) -> str:
     return "; ".join(
         "backup of %s (deploy %s) is %s, expected sha256 %s"
         % (b["path"], b["deploy_id"], "missing" if b["found"] == "missing" else "corrupt: " + b["found"], b["expected_sha256"])
@@ -1044,7 +1058,7 @@ def _describe_broken(broken):
     )
 
 
-def select_rollback(recs, target_id, expect):
+def select_rollback(recs: List[JsonObj], target_id: Optional[str], expect: Optional[str]) -> List[JsonObj]:
     live = [r for r in recs if r.get("status") in APPLIED + INTERRUPTED + (NEEDS_HUMAN,)]
     if target_id in (None, ""):
         todo = live[-1:]
@@ -1068,7 +1082,7 @@ def select_rollback(recs, target_id, expect):
     return todo
 
 
-def op_rollback(req, stdin):
+def op_rollback(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     site = find_site(req)
     sd = state_dir(req)
     dry = bool(req.get("dry_run"))
@@ -1119,7 +1133,7 @@ def op_rollback(req, stdin):
                 )
             kept = keep_edited(sd, req.get("deploy_id") or "rollback", edited, site)
             audit(sd, dict(base, undo=[r["deploy_id"] for r in todo], result="--force: kept host-edited files", kept=kept))
-        undone = []
+        undone: List[JsonObj] = []
         for r in todo:
             event("restore", deploy_id=r["deploy_id"])
             prev = r.get("status")
@@ -1161,7 +1175,7 @@ def op_rollback(req, stdin):
         release_lock(sd, mine=True)
 
 
-def op_smoke(req, stdin):
+def op_smoke(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     site = find_site(req)
     where = require_import_from_site(site, req.get("package", "sglang"))
     event("import-check", found=where["found"])
@@ -1169,7 +1183,7 @@ def op_smoke(req, stdin):
     return {"checks": checks, "site_packages": site, "import_check": where}
 
 
-def op_history(req, stdin):
+def op_history(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     sd = state_dir(req)
     lines = []
     try:
@@ -1187,7 +1201,7 @@ def op_history(req, stdin):
     return {"entries": lines}
 
 
-def op_lock_release(req, stdin):
+def op_lock_release(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     sd = state_dir(req)
     holder = lock_info(sd)
     if holder is None:
@@ -1199,14 +1213,14 @@ def op_lock_release(req, stdin):
     return {"released": True, "holder": holder}
 
 
-def op_lock_status(req, stdin):
+def op_lock_status(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     return {"lock": lock_info(state_dir(req))}
 
 
 AUDITED_BY_CLIENT = ("restart",)  # steps the client runs itself (restart_command + health check), audited here
 
 
-def op_audit(req, stdin):
+def op_audit(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     """One audit line for a step the client ran over SSH: the restart and health check after a push,
     a rollback or a rollout."""
     if req.get("entry_op") not in AUDITED_BY_CLIENT:
@@ -1230,7 +1244,7 @@ OPS = {
 }
 
 
-def main():
+def main() -> None:
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
         try:
             signal.signal(sig, signal.SIG_IGN)

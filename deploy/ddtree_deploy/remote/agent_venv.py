@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import BinaryIO, List, Optional, Tuple  # JsonObj is agent.py's (same namespace on the host)
 
 if __name__ != "__ddtree_agent__":  # imported on the client (tests): the protocol and agent from their modules
     from ddtree_deploy.remote.agent import *  # noqa: F403
@@ -37,11 +38,11 @@ PIP_TIMEOUT = 900
 # --- RECORD ----------------------------------------------------------------------------------------
 
 
-def _norm(name):
+def _norm(name: str) -> str:
     return name.replace("-", "_").replace(".", "_").lower()
 
 
-def dist_infos(site, package):
+def dist_infos(site: str, package: str) -> List[str]:
     try:
         names = sorted(os.listdir(site))
     except OSError:
@@ -49,16 +50,16 @@ def dist_infos(site, package):
     return [n for n in names if n.endswith(".dist-info") and _norm(n.split("-")[0]) == _norm(package)]
 
 
-def _record_digest(path):
+def _record_digest(path: str) -> str:
     # RECORD's form of agent.py's sha256_digest (the two files share one namespace on the host).
     return "sha256=" + base64.urlsafe_b64encode(sha256_digest(path)).rstrip(b"=").decode()
 
 
-def record_check(site, package, limit=200):
+def record_check(site: str, package: str, limit: int = 200) -> JsonObj:
     """Hash every file ``package``'s RECORD lists (under ``site``) against it; ``.pyc`` caches and
     lines without a hash (RECORD itself) are skipped."""
     infos = dist_infos(site, package)
-    out = {"site_packages": site, "package": package, "dist_info": None, "version": None, "files": 0, "matched": 0}
+    out: JsonObj = {"site_packages": site, "package": package, "dist_info": None, "version": None, "files": 0, "matched": 0}
     out.update({"mismatched": [], "missing": [], "ok": False})
     if len(infos) != 1:
         out["note"] = "no %s dist-info in %s" % (package, site) if not infos else "several dist-infos: " + ", ".join(infos)
@@ -98,38 +99,39 @@ def record_check(site, package, limit=200):
     return out
 
 
-def _record_summary(rec):
+def _record_summary(rec: JsonObj) -> JsonObj:
     out = {k: rec.get(k) for k in ("dist_info", "version", "files", "matched", "ok")}
     out["mismatched"] = [m["path"] for m in rec.get("mismatched", [])]
     out["missing"] = list(rec.get("missing", []))
     return out
 
 
-def op_record_check(req, stdin):
+def op_record_check(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     return record_check(find_site(req), req.get("package", "sglang"))
 
 
 # --- the side-by-side venv ---------------------------------------------------------------------------
 
 
-def _inside(path, root):
+def _inside(path: str, root: str) -> bool:
     path, root = os.path.realpath(path), os.path.realpath(root)
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
-def _venv_python(venv):
+def _venv_python(venv: str) -> str:
     return os.path.join(venv, "bin", "python")
 
 
-def _read_marker(venv):
+def _read_marker(venv: str) -> Optional[JsonObj]:
     try:
         with open(os.path.join(venv, SBS_MARKER)) as fh:
-            return json.load(fh)
+            marker: JsonObj = json.load(fh)
+            return marker
     except (OSError, ValueError):
         return None
 
 
-def sbs_probe(req):
+def sbs_probe(req: JsonObj) -> JsonObj:
     """What a rollout would find (writes nothing): production's interpreter, site, version and
     RECORD; the venv's path and whether it is absent, ours or someone else's; pip; the lock."""
     pkg = req.get("package", "sglang")
@@ -177,7 +179,7 @@ def sbs_probe(req):
     }
 
 
-def _run(cmd, timeout, what):
+def _run(cmd: List[str], timeout: float, what: str) -> str:
     try:
         p = subprocess.run(
             cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=timeout, cwd="/"
@@ -190,14 +192,14 @@ def _run(cmd, timeout, what):
     return text
 
 
-def _purelib(python):
+def _purelib(python: str) -> str:
     text = _run(
         [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], 60, "asking the venv's site-packages"
     )
     return text.strip().splitlines()[-1]
 
 
-def _make_venv(req, pr):
+def _make_venv(req: JsonObj, pr: JsonObj) -> str:
     """The venv from production's base interpreter, layered on production's site-packages."""
     venv = pr["venv"]
     event("venv", path=venv)
@@ -225,7 +227,7 @@ def _make_venv(req, pr):
     return side
 
 
-def _pip_install(req, work, wheel_name, data):
+def _pip_install(req: JsonObj, work: str, wheel_name: str, data: bytes) -> str:
     whl = os.path.join(work, wheel_name)
     with open(whl, "wb") as fh:
         fh.write(data)
@@ -240,7 +242,7 @@ def _pip_install(req, work, wheel_name, data):
     return _run(cmd, PIP_TIMEOUT, "pip install of %s" % wheel_name)
 
 
-def _verify_install(req, pr, side):
+def _verify_install(req: JsonObj, pr: JsonObj, side: str) -> Tuple[JsonObj, JsonObj]:
     pkg = req.get("package", "sglang")
     rec = record_check(side, pkg)
     want = req["wheel"]["version"]
@@ -262,14 +264,14 @@ def _verify_install(req, pr, side):
     return rec, where
 
 
-def _sbs_fail(sd, base, message):
+def _sbs_fail(sd: str, base: JsonObj, message: str) -> None:
     try:
         audit(sd, dict(base, result="failed: " + message[:2000]))
     except OSError:
         pass
 
 
-def sbs_install(req, stdin):
+def sbs_install(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     pkg = req.get("package", "sglang")
     w = req["wheel"]
     data = read_payload(
@@ -367,7 +369,7 @@ def sbs_install(req, stdin):
             pass
 
 
-def sbs_remove(req):
+def sbs_remove(req: JsonObj) -> JsonObj:
     pr = sbs_probe(req)
     sd = state_dir(req)
     if pr["venv_state"] == "absent":
@@ -400,7 +402,7 @@ def sbs_remove(req):
     return {"removed": True, "venv": pr["venv"], "production_record": _record_summary(pr["record"])}
 
 
-def op_side_by_side(req, stdin):
+def op_side_by_side(req: JsonObj, stdin: BinaryIO) -> JsonObj:
     action = req.get("action")
     if action == "probe":
         return sbs_probe(req)
