@@ -52,7 +52,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional
 
 import torch
 
@@ -319,47 +319,6 @@ def same_tree(a, b) -> bool:
     return all(torch.equal(getattr(a, f), getattr(b, f)) for f in FIELDS)
 
 
-def parse_variants(spec: str) -> List[Tuple[int, int]]:
-    """``"1:0,4:0,4:8"`` -> [(probes, warps)]; warps 0 = the kernel's own choice by tile size."""
-    out = []
-    for item in spec.split(","):
-        if not item.strip():
-            continue
-        try:
-            probes, warps = (int(x) for x in item.split(":"))
-        except ValueError:
-            raise SystemExit(f"error: --kernel-variants: {item!r} is not PROBES:WARPS (e.g. 4:8)") from None
-        if probes not in (1, 4, 8, 16) or warps not in (0, 1, 2, 4, 8, 16, 32):
-            raise SystemExit(f"error: --kernel-variants: {item!r}: probes is 1, 4, 8 or 16, warps 0 (auto) or a power of 2 <= 32")
-        out.append((probes, warps))
-    return out
-
-
-def variant_times(du, fn, device, args, ref_tree, row: Dict[str, object], label: str) -> None:
-    """Time ``fn`` (a kernel step) replayed from a CUDA graph under each --kernel-variants setting of the
-    tree kernel's threshold search (probes) and warps; each variant's tree is checked against ``ref_tree``."""
-    kmod = du._tree_kernel() if hasattr(du, "_tree_kernel") else None
-    if device.type != "cuda" or kmod is None or not hasattr(kmod, "_PROBES"):
-        return
-    saved = kmod._PROBES, kmod._BUILD_WARPS
-    variants = {}
-    try:
-        for probes, warps in parse_variants(args.kernel_variants):
-            kmod._PROBES, kmod._BUILD_WARPS = probes, warps
-            name = f"p{probes}w{warps}"
-            try:
-                with backend("kernel"):
-                    g, out = graphed(fn)
-                    ms = time_ms(g.replay, device, args.repeats)
-                    variants[name] = {"ms": ms, "equal": bool(ref_tree is None or same_tree(out, ref_tree))}
-                    del g
-            except Exception as exc:  # noqa: BLE001 - report, do not abort the grid
-                variants[name] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
-    finally:
-        kmod._PROBES, kmod._BUILD_WARPS = saved
-    row[f"variants_{label}"] = variants
-
-
 def bench_uno(du, uno, device, bs, q, k, args) -> Dict[str, object]:
     depth, vocab = args.depth, args.vocab
     logits = drafter_logits(bs, depth, vocab, device, seed=bs * 7919 + q)
@@ -396,11 +355,6 @@ def bench_uno(du, uno, device, bs, q, k, args) -> Dict[str, object]:
                 row[f"{kind}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     if row.get("uno_graph_ms") and row.get("kernel_logits_graph_ms"):
         row["kernel_vs_uno"] = row["kernel_logits_graph_ms"] / row["uno_graph_ms"]
-    # The variants against the default kernel setting: from logits the fused top-K's log-probs may differ from
-    # torch's in the last float32 bit, so the torch builder's tree is not the reference here (it is from top-K).
-    with backend("kernel"):
-        ref = ours()
-    variant_times(du, ours, device, args, ref, row, "logits")
     return row
 
 
@@ -436,24 +390,6 @@ def bench_budget(du, device, bs, budget, args, gemm=None) -> Dict[str, object]:
                     except Exception as exc:  # noqa: BLE001
                         row[f"{kind}_{label}_graph_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     row["kernel_equals_torch"] = same_tree(trees["kernel"], trees["torch"])
-    kmod = du._tree_kernel() if hasattr(du, "_tree_kernel") else None
-    if device.type == "cuda" and kmod is not None and hasattr(kmod, "_SLACK_TILE"):
-        # ablation: the other slack setting (0: per-depth kept sets of exactly the budget, the default;
-        # 16384: up to twice the budget where the candidate tile is small, so the search may stop early)
-        saved = kmod._SLACK_TILE
-        kmod._SLACK_TILE = 16384 if saved == 0 else 0
-        row["ablation_slack_tile"] = kmod._SLACK_TILE
-        try:
-            with backend("kernel"):
-                g, out = graphed(build)
-                row["kernel_ablation_topk_graph_ms"] = time_ms(g.replay, device, args.repeats)
-                row["kernel_ablation_equals_torch"] = same_tree(out, trees["torch"])
-                del g
-        except Exception as exc:  # noqa: BLE001
-            row["kernel_ablation_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        finally:
-            kmod._SLACK_TILE = saved
-    variant_times(du, build, device, args, trees["torch"], row, "topk")
     if device.type == "cuda":
         with backend("kernel"):
             torch.cuda.synchronize()
@@ -591,15 +527,11 @@ def markdown(info, uno_rows, rows, args) -> str:
         "",
         "topk: from per-depth top-K inputs; logits: from [bs, D, V] logits. eager = Python call; "
         "graph = CUDA graph replay. heap ref = the DDTree reference's per-request host heap "
-        "(host wall time, all requests). GEMM = matmuls of one Qwen3-8B verify forward over bs x (B + 1) tokens (ms). "
-        "ablation = the kernel with the other slack setting (`ablation_slack_tile` in the JSON; a run without "
-        "that key timed slack 0: per-depth kept sets capped at the budget, exact per-depth top-B, instead of "
-        "up to twice it).",
+        "(host wall time, all requests). GEMM = matmuls of one Qwen3-8B verify forward over bs x (B + 1) tokens (ms).",
         "",
         "| batch | B | K | kernel eager | kernel graph (topk) | kernel graph (logits) | torch eager | torch graph (topk) | "
-        "torch graph (logits) | heap ref | heap ref / kernel | GEMM ms | kernel logits % GEMM | = torch | sync-free | "
-        "kernel graph (topk), ablation |",
-        "|" + "---|" * 16,
+        "torch graph (logits) | heap ref | heap ref / kernel | GEMM ms | kernel logits % GEMM | = torch | sync-free |",
+        "|" + "---|" * 15,
     ]
     for r in rows:
         out.append(
@@ -622,57 +554,16 @@ def markdown(info, uno_rows, rows, args) -> str:
                     fmt(r.get("kernel_logits_graph_pct_gemm"), 2),
                     fmt(r.get("kernel_equals_torch")),
                     fmt(r.get("sync_free")),
-                    us(r.get("kernel_ablation_topk_graph_ms", r.get("kernel_noslack_topk_graph_ms"))),
                 ]
             )
             + " |"
         )
-    out += variants_markdown(uno_rows, rows)
     errs = [r for r in rows if any(k.endswith("error") for k in r)]
     for r in errs:
         out.append(
             f"\n- batch={r['batch']} B={r['budget']}: " + "; ".join(f"{k}: {v}" for k, v in r.items() if k.endswith("error"))
         )
     return "\n".join(out) + "\n"
-
-
-def variants_markdown(uno_rows, rows) -> List[str]:
-    """Tables of the tree kernel's settings (``pPwW``: P threshold probes per reduction, W warps, 0 = auto)."""
-    out: List[str] = []
-    for title, rs, key, label in (
-        ("from logits, where UNO runs", uno_rows, "variants_logits", "Q"),
-        ("from top-K inputs (budget sweep)", rows, "variants_topk", "budget"),
-    ):
-        rs = [r for r in rs if r.get(key)]
-        if not rs:
-            continue
-        names = list(rs[0][key])
-        out += [
-            "",
-            f"## Tree-kernel settings, {title}: CUDA graph replay, us",
-            "",
-            "pPwW: P probes per block reduction in the threshold search (1 = bisection), W warps (0 = by tile "
-            "size). `!` marks a tree that differs from the reference (must not happen): the torch builder's from "
-            "top-K, the default kernel setting's from logits.",
-            "",
-            f"| batch | {label} | K | " + " | ".join(names) + " | best |" + (" UNO |" if key == "variants_logits" else ""),
-            "|" + "---|" * (4 + len(names) + (1 if key == "variants_logits" else 0)),
-        ]
-        for r in rs:
-            cells, best = [], None
-            for n in names:
-                v = r[key].get(n, {})
-                if "ms" in v:
-                    cells.append(us(v["ms"]) + ("" if v.get("equal") else " !"))
-                    if v.get("equal") and (best is None or v["ms"] < r[key][best]["ms"]):
-                        best = n
-                else:
-                    cells.append("err")
-            line = f"| {r['batch']} | {r[label]} | {r['k']} | " + " | ".join(cells) + f" | {best or '-'} |"
-            if key == "variants_logits":
-                line += f" {us(r.get('uno_graph_ms'))} |"
-            out.append(line)
-    return out
 
 
 def plot(rows, path: str, info) -> Optional[str]:
@@ -727,13 +618,6 @@ def main(argv=None) -> int:
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--topk-cap", type=int, default=32, help="K = min(B, cap) in the budget sweep")
     p.add_argument("--repeats", type=int, default=7)
-    p.add_argument(
-        "--kernel-variants",
-        default="1:0,4:0",
-        metavar="P:W,...",
-        help="tree-kernel settings timed side by side (CUDA): probes of the threshold search (1, 4, 8 or 16) "
-        ":warps (0 = by tile size); a table per input kind, each row naming the fastest",
-    )
     p.add_argument("--heap-max", type=int, default=8 * 512, help="skip the reference heap when batch*B exceeds this")
     p.add_argument("--no-heap", action="store_true")
     p.add_argument("--no-gemm", action="store_true")
@@ -756,7 +640,6 @@ def main(argv=None) -> int:
             Path(args.out).write_text(markdown(data["machine"], data["uno_rows"], data["rows"], saved))
         return 0
 
-    parse_variants(args.kernel_variants)  # bad input fails here, before any work
     if args.quick:
         args.batches, args.budgets, args.vocab = "1,2", "16,64", 2048
         args.repeats = min(args.repeats, 3)
@@ -821,12 +704,7 @@ def main(argv=None) -> int:
             print(f"[bench_builder] no plot: {err}", file=sys.stderr)
     print(f"[bench_builder] wrote {args.out or 'stdout'} and {json_path}", file=sys.stderr)
     bad = [
-        r
-        for r in results["rows"] + results["uno_rows"]
-        if r.get("kernel_equals_torch") is False
-        or r.get("sync_free") is False
-        or r.get("kernel_ablation_equals_torch") is False
-        or any(v.get("equal") is False for key in ("variants_topk", "variants_logits") for v in r.get(key, {}).values())
+        r for r in results["rows"] + results["uno_rows"] if r.get("kernel_equals_torch") is False or r.get("sync_free") is False
     ]
     return 1 if bad else 0
 

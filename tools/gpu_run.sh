@@ -1,7 +1,7 @@
 #!/bin/bash
-# One device call for the builder (issue 11): tools/gpu_suite.py (kernel vs heap oracle with both threshold
-# searches, sync-free, CUDA graphs, start-up capture), then tools/bench_builder.py (ours vs UNO vs the torch
-# builder vs the reference heap, the kernel's probe/warp variants side by side, the GEMM bound).
+# One device call for the builder (issue 11): tools/gpu_suite.py (kernel vs heap oracle, sync-free, CUDA
+# graphs, start-up capture), then tools/bench_builder.py (ours vs UNO vs the torch builder vs the reference
+# heap, the GEMM bound).
 #
 #   make bench-gpu-bundle                  # here: writes .gpu/src (never committed: it holds SGLang files)
 #   bash tools/gpu_run.sh [BUNDLE]         # there, from the repo root; BUNDLE defaults to .gpu

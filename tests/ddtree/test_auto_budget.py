@@ -13,6 +13,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from ddtree_offline.heap_oracle import build_ddtree_tree_heap
+
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
 
 
@@ -24,7 +26,7 @@ def test_subtree_is_the_tree_of_the_smaller_budget(du, ref, bs, depth, k, big, s
     full = du.build_ddtree_tree_from_topk(ids, lps, roots, starts, big)
     for small in sorted({1, 2, max(1, big // 3), big - 1, big}):
         got = du.ddtree_subtree(full, small)
-        want = du.build_ddtree_tree_heap(ids, lps, roots, starts, small)
+        want = build_ddtree_tree_heap(ids, lps, roots, starts, small)
         for name in want._fields:
             a, b = getattr(got, name), getattr(want, name)
             assert a.dtype == b.dtype and torch.equal(a, b), (small, name)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ddtree_offline.heap_oracle import build_ddtree_tree_heap
 
 SETTINGS = settings(max_examples=100, deadline=None, derandomize=True)
 
@@ -55,7 +58,7 @@ def test_builder_matches_brute_force(du, ref, shape, bs, budget, seed, quantize)
 def test_builder_matches_heap_oracle(du, ref, bs, depth, k, budget, seed, quantize):
     ids, lps, roots, starts = ref.make_topk(bs, depth, k, seed, quantize=quantize)
     fast = du.build_ddtree_tree_from_topk(ids, lps, roots, starts, budget)
-    oracle = du.build_ddtree_tree_heap(ids, lps, roots, starts, budget)
+    oracle = build_ddtree_tree_heap(ids, lps, roots, starts, budget)
     assert_same_tree(fast, oracle)
     ref.assert_structure(fast, starts)
     assert fast.max_depth == depth == oracle.max_depth
@@ -86,7 +89,7 @@ def test_all_ties_breaks_by_depth_then_rank_path(du, ref):
     lps = torch.zeros(1, 3, 3)
     tree = du.build_ddtree_tree_from_topk(ids, lps, torch.tensor([5]), torch.tensor([0]), 8)
     assert ref.tree_paths(tree, 0) == [(0,), (1,), (2,), (0, 0), (0, 1), (0, 2), (1, 0), (1, 1)]
-    assert_same_tree(tree, du.build_ddtree_tree_heap(ids, lps, torch.tensor([5]), torch.tensor([0]), 8))
+    assert_same_tree(tree, build_ddtree_tree_heap(ids, lps, torch.tensor([5]), torch.tensor([0]), 8))
 
 
 def test_budget_larger_than_all_prefixes(du, ref):
@@ -94,7 +97,7 @@ def test_budget_larger_than_all_prefixes(du, ref):
     tree = check_against_brute_force(du, ref, ids, lps, roots, starts, 1000)
     assert tree.draft_tokens.shape == (2, 2 + 4 + 8 + 1)  # every prefix
     ref.assert_structure(tree, starts)
-    assert_same_tree(tree, du.build_ddtree_tree_heap(ids, lps, roots, starts, 1000))
+    assert_same_tree(tree, build_ddtree_tree_heap(ids, lps, roots, starts, 1000))
 
 
 def test_k1_is_a_chain(du, ref):
@@ -105,7 +108,7 @@ def test_k1_is_a_chain(du, ref):
     assert torch.equal(tree.depths, torch.arange(16).expand(3, 16))
     assert torch.equal(tree.draft_tokens[:, 1:], ids[:, :, 0])
     assert torch.equal(tree.tree_mask, torch.tril(torch.ones(16, 16, dtype=torch.bool)).expand(3, 16, 16))
-    assert_same_tree(tree, du.build_ddtree_tree_heap(ids, lps, roots, starts, 64))
+    assert_same_tree(tree, build_ddtree_tree_heap(ids, lps, roots, starts, 64))
 
 
 def test_budget_one(du, ref):
@@ -115,7 +118,7 @@ def test_budget_one(du, ref):
     assert torch.equal(tree.draft_tokens[:, 1], ids[:, 0, 0])
     assert torch.equal(tree.parents, torch.tensor([[-1, 0]] * 3))
     assert torch.equal(tree.node_logprobs[:, 1], lps[:, 0, 0])
-    assert_same_tree(tree, du.build_ddtree_tree_heap(ids, lps, roots, starts, 1))
+    assert_same_tree(tree, build_ddtree_tree_heap(ids, lps, roots, starts, 1))
 
 
 def test_depth_one(du, ref):
@@ -131,7 +134,7 @@ def test_topk_wider_than_budget(du, ref):
     """K > B: only the top B ranks can appear; still equal to brute force and the heap."""
     ids, lps, roots, starts = ref.make_topk(2, 2, 12, seed=13, vocab=40)
     tree = du.build_ddtree_tree_from_topk(ids, lps, roots, starts, 5)
-    oracle = du.build_ddtree_tree_heap(ids, lps, roots, starts, 5)
+    oracle = build_ddtree_tree_heap(ids, lps, roots, starts, 5)
     assert_same_tree(tree, oracle)
     for b in range(2):
         assert ref.tree_paths(tree, b) == [p for _, p in ref.brute_force_prefixes(lps[b].tolist(), 12, 5)]
@@ -142,7 +145,7 @@ def test_reference_scale_matches_heap(du, ref):
     for budget, seed in ((16, 0), (128, 1), (512, 2)):
         ids, lps, roots, starts = ref.make_topk(2, 15, 8, seed=seed, vocab=300)
         tree = du.build_ddtree_tree_from_topk(ids, lps, roots, starts, budget)
-        assert_same_tree(tree, du.build_ddtree_tree_heap(ids, lps, roots, starts, budget))
+        assert_same_tree(tree, build_ddtree_tree_heap(ids, lps, roots, starts, budget))
         assert tree.draft_tokens.shape == (2, budget + 1)
 
 
@@ -234,4 +237,4 @@ def test_cuda_graph_capture_of_builder_and_walk(du, ref):
     assert_same_tree(du.DDTreeTree(*static_tree), du.DDTreeTree(*want_tree))
     for a, b in zip(static_acc, want_acc):
         assert torch.equal(a, b)
-    assert_same_tree(du.DDTreeTree(*[t.cpu() for t in static_tree]), du.build_ddtree_tree_heap(*new, 64))
+    assert_same_tree(du.DDTreeTree(*[t.cpu() for t in static_tree]), build_ddtree_tree_heap(*new, 64))

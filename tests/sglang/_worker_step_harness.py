@@ -50,10 +50,8 @@ def main() -> None:
     from sglang.srt.speculative.ddtree_info import DDTreeVerifyInput
     from sglang.srt.speculative.ddtree_auto_budget import DDTreeAutoBudget
     from sglang.srt.speculative.ddtree_metrics import DDTreeDebugMetrics
-    from sglang.srt.speculative.ddtree_utils import (
-        build_ddtree_tree_heap,
-        ddtree_accept,
-    )
+    from ddtree_offline.heap_oracle import build_ddtree_tree_heap
+    from sglang.srt.speculative.ddtree_utils import ddtree_accept
     from sglang.srt.speculative.dflash_info_v2 import DFlashDraftInputV2
     from sglang.srt.speculative.dflash_worker_v2 import _DFlashDraftBlock
     from sglang.srt.speculative.eagle_utils import TreeMaskMode
