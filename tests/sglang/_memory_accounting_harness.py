@@ -102,6 +102,30 @@ def prewarm_out_of_memory() -> dict:
     return {"type": None}
 
 
+def prewarm_input_out_of_memory() -> dict:
+    """prewarm_sampling when the rehearsal's own input, the [bs x (B + 1), vocab] float32 logits
+    matrix, does not fit: the same start-up error. Stood in: that one allocation (torch.zeros of
+    that shape raises torch's OutOfMemoryError, as on the GPU) and torch.cuda.mem_get_info."""
+    real_zeros = torch.zeros
+    rows = min(GRAPH_MAX_BS, MAX_RUNNING) * (BUDGET + 1)
+
+    def zeros(*size, **kw):
+        shape = tuple(size[0]) if len(size) == 1 and isinstance(size[0], (tuple, list)) else size
+        if shape == (rows, VOCAB) and kw.get("dtype") == torch.float32:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.32 GiB.")
+        return real_zeros(*size, **kw)
+
+    torch.cuda.mem_get_info = lambda *a, **k: (617 << 20, 80 << 30)
+    torch.zeros = zeros
+    try:
+        prewarm_shape()
+    except BaseException as e:  # noqa: BLE001 -- the error is the result
+        return {"type": type(e).__name__, "message": str(e), "cause": type(e.__cause__).__name__}
+    finally:
+        torch.zeros = real_zeros
+    return {"type": None}
+
+
 def capture_plan(fx: str) -> dict:
     """DDTreeWorkerV2.ddtree_builder_capture_plan after SGLang's full DDTREE ServerArgs
     resolution on a mocked Hopper (tests/sglang/_graphs_harness.py's stand-ins)."""
@@ -157,6 +181,7 @@ def main() -> None:
         report["prewarm"] = {"error": f"{type(e).__name__}: {e}"[:400],
                              "where": traceback.format_exc()[-1500:]}
     report["prewarm_oom"] = prewarm_out_of_memory()
+    report["prewarm_input_oom"] = prewarm_input_out_of_memory()
     print("REPORT " + json.dumps(report, default=str))
 
 

@@ -53,13 +53,14 @@ def test_a_rehearsal_that_does_not_fit_stops_start_up_with_the_flags_that_make_r
     --mem-fraction-static died at start-up in this rehearsal with torch's bare "CUDA out of
     memory" (bench/engine-h200/flashinfer-step-h100-2026-12-06/). The server must say what the
     rehearsal needed and which flags make room."""
-    e = report["prewarm_oom"]
-    assert e["type"] == "RuntimeError" and e["cause"] == "OutOfMemoryError", e
-    m = e["message"]
-    assert "4 requests x 17 tree rows (B + 1) x 50 vocabulary entries" in m, m  # min(4 x 17 // 17, 6)
-    assert "0.60 GiB was free" in m, m  # 617 MiB
-    for flag in ("--mem-fraction-static", "--max-running-requests", "--speculative-ddtree-budget"):
-        assert flag in m, (flag, m)
+    for where in ("prewarm_oom", "prewarm_input_oom"):  # the sampler's passes, and its input matrix
+        e = report[where]
+        assert e["type"] == "RuntimeError" and e["cause"] == "OutOfMemoryError", (where, e)
+        m = e["message"]
+        assert "4 requests x 17 tree rows (B + 1) x 50 vocabulary entries" in m, m  # min(4 x 17 // 17, 6)
+        assert "0.60 GiB was free" in m, m  # 617 MiB
+        for flag in ("--mem-fraction-static", "--max-running-requests", "--speculative-ddtree-budget"):
+            assert flag in m, (flag, m)
 
 
 def test_builder_capture_plan_is_sglangs_decode_batch_sizes(report):
