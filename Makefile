@@ -60,14 +60,14 @@ demo: demo-venv sshd
 
 # The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
 # ruff's rules and mypy's files and overrides live in pyproject.toml ([tool.ruff], [tool.mypy]);
-# `make test` runs both first. tools/lint_series.py: black / isort / pyflakes over the series' SGLang files
+# `make test` runs both first. tools/lint/lint_series.py: black / isort / pyflakes over the series' SGLang files
 # (SGLang's formatter and settings; the files the series adds and, where upstream is black-clean, the ones it changes).
 LINT_PATHS := deploy/ddtree_deploy tools tests/foundation tests/deploy tests/testkit.py tests/conftest.py
 lint: venv snapshot
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
-	$(PY) tools/lint_series.py
+	$(PY) tools/lint/lint_series.py
 
 test: venv sshd snapshot lint
 	@start=$$(date +%s); $(PY) -m pytest -q --durations=40 $(PYTEST_ARGS); rc=$$?; \
@@ -76,15 +76,15 @@ test: venv sshd snapshot lint
 # Benchmarks write tables (and PNG plots) stating the machine; ratios are measured side by side.
 bench: venv sshd snapshot
 	mkdir -p out/bench
-	$(PY) tools/bench_builder.py --quick --threads 1 --out out/bench/builder-cpu.md --json out/bench/builder-cpu.json
-	$(PY) tools/bench_push.py --out out/bench/push.md
+	$(PY) tools/bench/bench_builder.py --quick --threads 1 --out out/bench/builder-cpu.md --json out/bench/builder-cpu.json
+	$(PY) tools/bench/bench_push.py --out out/bench/push.md
 	PYTHONPATH=tools $(PY) -m ddtree_offline sweep --threads 1 --num-prompts 2 --max-new-tokens 48 \
 	  --budgets 16,64,256 --qualities 0.7,0.95 --out-dir out/bench/sweep-cpu
 	@echo "tables and plots: out/bench/ (GPU results measured on an H200 are committed under bench/)"
 
-# What a GPU machine with only torch + Triton needs for tools/gpu_suite.py and tools/bench_builder.py.
+# What a GPU machine with only torch + Triton needs for tools/gpu_kernels/gpu_suite.py and tools/bench/bench_builder.py.
 bench-gpu-bundle: venv snapshot
-	$(PY) tools/make_gpu_bundle.py
+	$(PY) tools/gpu_kernels/make_gpu_bundle.py
 
 # Mutation testing (cosmic-ray, installed by this target only, never by `make test`) over the patch
 # engine and the agent's restore path. Slow: bounded by MUTATION_MINUTES; what did not run by then is
@@ -101,7 +101,7 @@ mutation: venv sshd snapshot
 	$(PY) tests/foundation/mutation/run.py --minutes $(MUTATION_MINUTES)
 
 # What the real-SGLang-engine harness carries to an H200 (docs/h200-harness.md): the patched sglang
-# tree, the dependency wheels, the sgl_kernel stand-in. H200_CARRY=/work/main/.carry-12 copies it there.
+# tree, the dependency wheels, the sgl_kernel shim. H200_CARRY=/work/main/.carry-12 copies it there.
 h200-bundle: venv snapshot
 	$(PY) tools/sglang_h200/make_bundle.py $(if $(H200_CARRY),--carry $(H200_CARRY))
 

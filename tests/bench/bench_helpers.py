@@ -1,6 +1,6 @@
 """Helpers for the bench/compare tests: the stand-in SGLang server on loopback.
 
-The stand-in (``tools/standin_server.py``) serves the offline DDTree engine with a tiny random model
+The stand-in (``tools/standin_server/server.py``) serves the offline DDTree engine with a tiny random model
 on the CPU. Every server a test starts is stopped by the fixture (and stops by itself anyway:
 ``--max-lifetime``, parent watch).
 """
@@ -17,7 +17,7 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-STANDIN = REPO / "tools" / "standin_server.py"
+STANDIN = REPO / "tools" / "standin_server" / "server.py"
 # Small and fast on a CPU; the same engine settings are used for the offline .pt baseline.
 ENGINE_ARGS = ["--block-size", "8", "--vocab", "512", "--drafter-quality", "0.8", "--threads", "1"]
 

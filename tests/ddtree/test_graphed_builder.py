@@ -2,7 +2,7 @@
 
 On this CPU machine the class must fall back to the eager builder (checked here, bit for bit);
 its CUDA path (capture, replay, a new shape, LRU eviction) needs a GPU and is checked by
-``tools/gpu_suite.py`` on an H200 (result committed in ``bench/gpu_suite-h200.log``) and by the
+``tools/gpu_kernels/gpu_suite.py`` on an H200 (result committed in ``bench/gpu_suite-h200.log``) and by the
 CUDA test below wherever one is present.
 """
 
@@ -52,7 +52,7 @@ def test_bad_inputs_are_refused_like_the_builder(du):
         builder(ids, lps[:, :, :2], root, start)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run by tools/gpu_suite.py on an H200)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run by tools/gpu_kernels/gpu_suite.py on an H200)")
 def test_cuda_replay_equals_eager_across_shapes_and_eviction(du):
     builder = du.GraphedTreeBuilder(64, max_graphs=2)
     shapes = [(1, 15, 8), (4, 15, 8), (1, 15, 8), (2, 5, 3), (4, 15, 8)]
@@ -62,7 +62,7 @@ def test_cuda_replay_equals_eager_across_shapes_and_eviction(du):
     assert builder.failed is None and builder.num_graphs == 2
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run by tools/gpu_suite.py on an H200)")
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run by tools/gpu_kernels/gpu_suite.py on an H200)")
 def test_cuda_startup_capture_pads_and_never_captures_on_a_call(du):
     builder = du.GraphedTreeBuilder(64, capture_on_call=False)
     assert builder.capture([1, 2, 4], depth=15, topk=8, device="cuda") == [1, 2, 4]

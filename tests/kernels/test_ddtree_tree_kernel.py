@@ -4,7 +4,7 @@ Real parts: the kernels of ``ddtree_tree_kernel.py`` as the series builds them, 
 the public API (``build_ddtree_tree_from_topk`` / ``topk_logprobs_from_logits`` of patch ddtree-tree-builder),
 real Triton. Stood in: the GPU. Triton runs the very same kernels in its interpreter
 (``TRITON_INTERPRET=1``) on the CPU; ``SGLANG_DDTREE_TREE_KERNEL=cpu`` makes the API dispatch
-CPU tensors to them (on CUDA tensors it does so by default). ``tools/gpu_suite.py`` runs the same
+CPU tensors to them (on CUDA tensors it does so by default). ``tools/gpu_kernels/gpu_suite.py`` runs the same
 comparison compiled on an H200 (hundreds of cases). The script counts the kernel launches it
 routes through, so a dispatch that silently fell back to the torch builder fails here.
 """

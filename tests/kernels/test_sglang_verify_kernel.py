@@ -1,9 +1,9 @@
 """SGLang's own greedy tree-verify kernel accepts exactly the paths our walk accepts.
 
 Real parts: the unmodified ``verify_tree_greedy_kernel_triton`` from the pinned 0.5.23 wheel
-(cut out of ``spec_tree.py`` by ``tools/sglang_kernels.py``, which explains why), our builder
+(cut out of ``spec_tree.py`` by ``tools/gpu_kernels/sglang_kernels.py``, which explains why), our builder
 and walk from the patch series, real Triton. Stood in: the GPU. Triton runs the kernel in its
-interpreter (``TRITON_INTERPRET=1``) on the CPU here; tools/gpu_suite.py runs the same check
+interpreter (``TRITON_INTERPRET=1``) on the CPU here; tools/gpu_kernels/gpu_suite.py runs the same check
 compiled on an H200.
 """
 
@@ -59,9 +59,10 @@ SCRIPT = textwrap.dedent(r"""
 def test_sglang_triton_verify_matches_our_walk(repo, snapshot_root, tmp_path):
     script = tmp_path / "check.py"
     script.write_text(SCRIPT)
-    # tools/sglang_kernels.py is a script's helper module, not a package: the child gets tools/ on its PYTHONPATH.
+    # tools/gpu_kernels/sglang_kernels.py is a script's helper module, not a package: the child gets its folder
+    # on its PYTHONPATH.
     env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join(p for p in (str(repo / "tools"), os.environ.get("PYTHONPATH")) if p)}
+           "PYTHONPATH": os.pathsep.join(p for p in (str(repo / "tools" / "gpu_kernels"), os.environ.get("PYTHONPATH")) if p)}
     proc = subprocess.run([sys.executable, str(script), str(snapshot_root), "7"],
                           capture_output=True, text=True, env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -3,7 +3,7 @@
 What is real: ``sglang.Engine`` from the pinned 0.5.23 wheel with the repo's series applied
 (``overlay.patched_site()``), its scheduler / tokenizer / detokenizer processes, model runner,
 Triton attention backend (under ``TRITON_INTERPRET=1``), the DFlash and DDTree workers and
-EAGLE's verify. Stand-ins (documented in ``support/``): the launch shims
+EAGLE's verify. Shims (documented in ``support/``): the launch shims
 (``support/sitecustomize.py``) and the ``sgl_kernel`` CPU ops (``support/sgl_kernel``).
 
 Engines start in 20-40 s, so one engine per server config is shared by a whole module, and at

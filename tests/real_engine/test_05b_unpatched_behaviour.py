@@ -5,7 +5,7 @@ both. The series edits files those paths share (the DFlash worker, the attention
 graph runner, the scheduler's hooks), so this is what a user needs to see before pushing it to a host
 that also serves them.
 
-Not covered here: EAGLE. It runs on this CPU engine with two more stand-in ops (each SGLang's own Triton
+Not covered here: EAGLE. It runs on this CPU engine with two more shimmed ops (each SGLang's own Triton
 kernel under the interpreter), but its tokens are not greedy's, on the unpatched wheel as on the patched one:
 EAGLE lays out its tree mask by ``eagle_utils.default_tree_mask_mode()`` (pinned wheel :132-135), which is
 intel_amx's QLEN_ONLY whenever ``is_cpu()``, while the Triton backend's eager TARGET_VERIFY reads FULL_MASK

@@ -1,9 +1,9 @@
-"""Check every stood-in ``sgl_kernel`` op against an independent torch reference.
+"""Check every shimmed ``sgl_kernel`` op against an independent torch reference.
 
 Runs on the H200 (``--device cuda``, bf16 and fp32, decode-like shapes) and on a CPU here
-(tests/h200_harness). References are written differently from the stand-ins on purpose
+(tests/h200_harness). References are written differently from the shims on purpose
 (``torch.nn.functional.rms_norm``, sigmoid/erf formulas, per-row numpy loops for the renorms), so a
-wrong stand-in cannot agree with its reference by sharing its code. Exit 1 on any mismatch; one
+wrong shim cannot agree with its reference by sharing its code. Exit 1 on any mismatch; one
 ``CHECK name dtype ok|FAIL maxerr`` line per check, then ``CHECKS <n> passed <m> failed``.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-# The stand-ins (`standin/`) come first on PYTHONPATH: h200.sh and tests/h200_harness put them there.
+# The shims (`shims/`) come first on PYTHONPATH: h200.sh and tests/h200_harness put them there.
 import numpy as np
 import sgl_kernel
 import torch
@@ -119,7 +119,7 @@ def check(device: str) -> int:
             torch.from_numpy(want_p),
             res,
         )
-        # the stand-in's row chunks (4 rows of 6 at a time): the same result row for row
+        # the shim's row chunks (4 rows of 6 at a time): the same result row for row
         _close(
             "renorm.top_k_renorm_prob(triton,4rows)",
             torch.float32,
@@ -142,13 +142,13 @@ def check(device: str) -> int:
     res.append(ok)
     print(f"CHECK utils.is_arch_support_pdl False {'ok' if ok else 'FAIL'}")
     try:
-        sgl_kernel.some_op_nobody_stood_in(1)
+        sgl_kernel.some_op_nobody_shimmed(1)
         ok = False
     except NotImplementedError as exc:
-        ok = "sgl_kernel.some_op_nobody_stood_in" in str(exc)
+        ok = "sgl_kernel.some_op_nobody_shimmed" in str(exc)
     res.append(ok)
     print(f"CHECK unknown name raises naming itself {'ok' if ok else 'FAIL'}")
-    if device != "cpu":  # the stood-in ops are captured and replayed by CUDA graphs like any torch op
+    if device != "cpu":  # the shimmed ops are captured and replayed by CUDA graphs like any torch op
         x = torch.randn(8, 4096, device=device, dtype=torch.bfloat16)
         w = torch.ones(4096, device=device, dtype=torch.bfloat16)
         out = torch.empty_like(x)

@@ -10,15 +10,15 @@
 # soak: tools/soak/soak.py on that pair, graphs on (SOAK_REQUESTS, default 5000; summary + logs to $OUT).
 # H200_ENGINE_ARGS (e.g. "--profile ddtree-B16-graphs") is passed to run_engine.py in the time:/equal: parts.
 # Installs the carried wheels into /tmp/site, unpacks the patched sglang into /tmp/sgl, puts the
-# stand-ins first on PYTHONPATH, runs the parts, and leaves logs / JSON / the JIT cache under $OUT.
+# shims first on PYTHONPATH, runs the parts, and leaves logs / JSON / the JIT cache under $OUT.
 set -u
 B=$(cd "$1" && pwd); shift
 OUT=${OUT:-/tmp/h200-out}; mkdir -p "$OUT"
 # (once per machine: a second h200.sh in the same call, e.g. before/after runs, reuses /tmp/site and /tmp/jit)
 [ -f /tmp/site/.installed ] || { python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$B"/wheels/*.whl >/tmp/pip.log 2>&1 && touch /tmp/site/.installed; } || { tail -20 /tmp/pip.log; exit 3; }
 # FlashInfer (issue 22; tools/sglang_h200/flashinfer_bundle.py --carry): unpacked into /tmp/site; its JIT
-# builds go to /tmp/fi-ws (kept while the machine stays warm); H200_FLASHINFER=1 makes the two stand-ins
-# that exist only for its absence step aside (standin/sitecustomize.py, sgl_kernel renorms).
+# builds go to /tmp/fi-ws (kept while the machine stays warm); H200_FLASHINFER=1 makes the two shims
+# that exist only for its absence step aside (shims/sitecustomize.py, sgl_kernel renorms).
 if [ -f "$B/flashinfer.tar.xz" ]; then
   [ -f /tmp/site/.flashinfer ] || { tar -xJf "$B/flashinfer.tar.xz" -C /tmp/site && touch /tmp/site/.flashinfer; } || exit 3
   export H200_FLASHINFER=1 FLASHINFER_WORKSPACE_BASE=/tmp/fi-ws FLASHINFER_JIT_PREBUILD_MAX_JOBS=16 MAX_JOBS=16
@@ -30,8 +30,8 @@ if [ -n "${H200_OVERLAY:-}" ]; then tar -xJf "$H200_OVERLAY" -C /tmp/sgl || exit
 T=${H200_TAG:+-$H200_TAG}
 export SGLANG_JIT_CACHE_DIR=/tmp/jit; mkdir -p /tmp/jit
 [ -f "$B/jit-cache.tar.gz" ] && [ ! -f /tmp/jit/.unpacked ] && tar -xzf "$B/jit-cache.tar.gz" -C /tmp/jit && touch /tmp/jit/.unpacked
-export PYTHONPATH="$B/harness/standin:/tmp/sgl:/tmp/site:$B/harness"
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_STANDIN_LOG=/tmp/standin.log
+export PYTHONPATH="$B/harness/shims:/tmp/sgl:/tmp/site:$B/harness"
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 H200_SHIM_LOG=/tmp/shims.log
 # float32 runs compare tokens exactly: Triton's tl.dot on fp32 inputs defaults to TF32 (SGLang's triton
 # attention kernels pass no input_precision), which on the H100 soak flipped 8 of 1,512 greedy answers at
 # top-2 gaps of 1.5e-3..5.8e-3 (target-only vs DDTREE, either way). ieee keeps fp32 exact enough to compare.
@@ -62,5 +62,5 @@ for part in "$@"; do
   esac
 done
 (cd /tmp/jit && tar -czf "$OUT/jit-cache.tar.gz" . 2>/dev/null); ls -la "$OUT"
-sort -u /tmp/standin.log 2>/dev/null | sed 's/ pid=.*//' | sort -u > "$OUT/standin-used.txt"; cat "$OUT/standin-used.txt"
+sort -u /tmp/shims.log 2>/dev/null | sed 's/ pid=.*//' | sort -u > "$OUT/shims-used.txt"; cat "$OUT/shims-used.txt"
 exit $rc

@@ -1,4 +1,4 @@
-"""Import the modules a Qwen3 + DFlash/DDTree engine loads on CUDA, with the H200 stand-ins.
+"""Import the modules a Qwen3 + DFlash/DDTree engine loads on CUDA, with the H200 shims.
 
 On the H200 it runs as is; on a CPU machine (tests/h200_harness) with ``H200_FAKE_CUDA=1`` so that
 SGLang's ``if _is_cuda:`` import branches are taken. Prints one ``ok``/``FAIL`` line per module and
@@ -45,7 +45,7 @@ def main(argv: list[str]) -> int:
 
 
 # Names SGLang's CUDA branches bind from sgl_kernel at module load (file:line in the pinned wheel):
-# each must be the stand-in's object, which shows the CUDA branch was taken and resolved to it.
+# each must be the shim's object, which shows the CUDA branch was taken and resolved to it.
 BINDINGS = [
     ("sglang.srt.layers.layernorm", "rmsnorm", "sgl_kernel", "rmsnorm"),  # layernorm.py:102
     ("sglang.srt.layers.layernorm", "fused_add_rmsnorm", "sgl_kernel", "fused_add_rmsnorm"),

@@ -7,7 +7,7 @@ Writes ``--out`` (default ``.work/h200-bundle``, git-ignored), under 64 MiB in a
   serving, never imported by the LLM engine) and bytecode. SGLang's own files: carried, never committed.
 * ``wheels/``: the dependency wheels the H200 image lacks (``wheels.txt``), downloaded for cp312
   manylinux x86_64 with ``pip download --no-deps`` (cached in ``.work/h200-wheels``).
-* ``harness/``: this folder (stand-ins, shims, checks, the engine runner, ``h200.sh``).
+* ``harness/``: this folder (shims, checks, the engine runner, ``h200.sh``).
 * ``before.tar.xz`` (with ``--before REF``): only the files that the series at git ``REF`` patches,
   as that series builds them. ``H200_OVERLAY=<bundle>/before.tar.xz`` makes ``h200.sh`` unpack it over
   the bundle's tree, so one device call measures the series before and after a change side by side.

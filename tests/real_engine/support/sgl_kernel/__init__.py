@@ -1,4 +1,4 @@
-"""Test-only CPU stand-in for ``sgl_kernel`` (no CPU build of it is published).
+"""Test-only CPU shim for ``sgl_kernel`` (no CPU build of it is published).
 
 Used ONLY by tests/real_engine, on PYTHONPATH of the engine's processes. With
 ``SGLANG_USE_CPU_ENGINE=1`` SGLang 0.5.23 imports ``*_cpu`` ops from ``sgl_kernel`` at module
@@ -18,7 +18,7 @@ import ctypes
 
 import torch
 
-__version__ = "0.0.0+ddtree-tests-cpu-stand-in"
+__version__ = "0.0.0+ddtree-tests-cpu-shim"
 
 
 def copy_all_layer_kv_cache_cpu(data_ptrs, strides, tgt_loc, src_loc):
@@ -106,7 +106,7 @@ class _Missing:
 
     def __call__(self, *a, **k):
         raise NotImplementedError(
-            f"sgl_kernel.{self._name} is not implemented by the test-only CPU stand-in "
+            f"sgl_kernel.{self._name} is not implemented by the test-only CPU shim "
             "(tests/real_engine/support/sgl_kernel); the engine called an op the suite "
             "does not know: implement it following SGLang's Triton kernel at that call site")
 
@@ -116,7 +116,7 @@ class _Missing:
         return _Missing(f"{self._name}.{attr}")
 
     def __repr__(self):
-        return f"<sgl_kernel stand-in placeholder {self._name}>"
+        return f"<sgl_kernel shim placeholder {self._name}>"
 
 
 def __getattr__(name: str):

@@ -3,7 +3,7 @@
 It holds a bare ``sglang/`` tree (no ``__init__.py``, so nothing of SGLang runs) with the files
 the series creates (as ``ddtree-deploy build`` makes them) and the pinned, unmodified
 ``sglang/kernels/ops/speculative/spec_tree.py`` and ``uno_tree.py`` (UNO's builder, timed by
-``tools/bench_builder.py --uno``) from the verified snapshot. ``.gpu/`` is listed in
+``tools/bench/bench_builder.py --uno``) from the verified snapshot. ``.gpu/`` is listed in
 ``.git/info/exclude``: it is carried to the device machine, never committed (it holds an SGLang
 source file).
 """
@@ -14,15 +14,16 @@ import shutil
 import sys
 from pathlib import Path
 
+from sglang_kernels import SPEC_TREE  # this script's sibling: tools/gpu_kernels/ is sys.path[0] when it runs
+
 from ddtree_deploy.build.overlay import build_overlay
 from ddtree_deploy.pin.snapshot import ensure_snapshot
-from sglang_kernels import SPEC_TREE  # this script's sibling: tools/ is sys.path[0] when it runs
 
 UNO_TREE = "sglang/kernels/ops/speculative/uno_tree.py"  # SGLang's own tree builder, for bench_builder
 
 
 def main() -> int:
-    repo = Path(__file__).resolve().parent.parent
+    repo = Path(__file__).resolve().parents[2]
     dest = repo / ".gpu" / "src"
     if dest.exists():
         shutil.rmtree(dest)

@@ -2,7 +2,10 @@
 
 Needs only torch and Triton. ``--src DIR`` is a directory holding a bare ``sglang/`` tree with our
 ``srt/speculative/ddtree_utils.py`` and ``ddtree_probe.py`` (as the series builds them) and the
-pinned, unmodified ``kernels/ops/speculative/spec_tree.py``; ``tools/make_gpu_bundle.py`` makes it.
+pinned, unmodified ``kernels/ops/speculative/spec_tree.py``; ``make_gpu_bundle.py`` (this folder)
+makes it. Run by ``tools/gpu_kernels/gpu_run.sh`` as ``PYTHONPATH=tools python3 tools/gpu_kernels/gpu_suite.py
+--src .gpu/src``: ``sglang_kernels`` is this script's sibling (its folder is ``sys.path[0]``) and
+``ddtree_offline`` (the heap oracle) comes from ``tools/`` on ``PYTHONPATH`` or from an installed checkout.
 
 Checks, each printed as one line and collected into ``--json``:
 0. the fused Triton kernel is the default of ``build_ddtree_tree_from_topk`` on CUDA;
@@ -39,7 +42,7 @@ def import_from_bare_tree(src: Path, module: str) -> types.ModuleType:
     folder, as ``ddtree_deploy.build.overlay.import_patched`` does on a machine with the tool."""
     root = Path(src) / "sglang"
     if not root.is_dir():
-        raise SystemExit(f"--src {src}: no sglang/ folder in it (tools/make_gpu_bundle.py makes one)")
+        raise SystemExit(f"--src {src}: no sglang/ folder in it (tools/gpu_kernels/make_gpu_bundle.py makes one)")
     for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
         del sys.modules[name]
     pkg = types.ModuleType("sglang")
@@ -55,9 +58,9 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     import torch
+    from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify  # this script's sibling
 
-    from ddtree_offline.heap_oracle import build_ddtree_tree_heap  # tools/ is sys.path[0]
-    from sglang_kernels import SPEC_TREE, load_verify_tree_greedy, run_sglang_verify
+    from ddtree_offline.heap_oracle import build_ddtree_tree_heap  # tools/ on PYTHONPATH (gpu_run.sh)
 
     du = import_from_bare_tree(args.src, "sglang.srt.speculative.ddtree_utils")
 

@@ -1,4 +1,4 @@
-"""Stand-in for ``sglang.kernels.ops.sampling.renorm`` on the H200 harness (redirected by sitecustomize).
+"""Shim for ``sglang.kernels.ops.sampling.renorm`` on the H200 harness (redirected by sitecustomize).
 
 What it replaces: on CUDA the real module binds ``top_k_renorm_prob`` / ``top_p_renorm_prob`` to
 FlashInfer's ``flashinfer.sampling.top_{k,p}_renorm_probs`` (``kernels/ops/sampling/renorm.py:9-13``,

@@ -28,8 +28,8 @@ of ``--repeats`` batches; the heap's are host wall times (it synchronizes by des
 Every kernel tree is also compared with the torch builder's (bit for bit), and one eager
 kernel step runs under ``torch.cuda.set_sync_debug_mode("error")``.
 
-    python tools/bench_builder.py --quick                         # CPU smoke (torch path)
-    python tools/bench_builder.py --device cuda --src .gpu/src --uno .gpu/src/sglang/kernels/ops/speculative/uno_tree.py \
+    python tools/bench/bench_builder.py --quick                         # CPU smoke (torch path)
+    python tools/bench/bench_builder.py --device cuda --src .gpu/src --uno .gpu/src/sglang/kernels/ops/speculative/uno_tree.py \
         --out bench/builder-h200.md --json bench/builder-h200.json --plot bench/builder-h200.png
 
 Writes a markdown table (machine first) to ``--out``, raw numbers to ``--json`` and a plot of

@@ -1,4 +1,4 @@
-"""Stand-in for the ``sgl_kernel`` wheel (SGLang's AOT CUDA ops) on a GPU machine that cannot install it.
+"""Shim for the ``sgl_kernel`` wheel (SGLang's AOT CUDA ops) on a GPU machine that cannot install it.
 
 Used only by the H200 harness (tools/sglang_h200, docs/h200-harness.md). It replaces the compiled
 ``sglang-kernel`` wheel, which has no build for this machine's torch (2.11) and cannot be fetched there.
@@ -9,16 +9,16 @@ Used only by the H200 harness (tools/sglang_h200, docs/h200-harness.md). It repl
   CUDA kernels compute (fp32 accumulation, output in the input dtype), so the model's math is the
   same; only the kernel that runs it differs. They are plain torch ops, so CUDA graphs capture them.
 * Every other name is importable (SGLang imports many at module load under ``if _is_cuda:``) but is a
-  :class:`NotStoodIn` object: calling it, or reading an attribute of it, raises
+  :class:`NotShimmed` object: calling it, or reading an attribute of it, raises
   ``NotImplementedError`` naming ``sgl_kernel.<name>``. So a path that reaches an op we did not stand
   in stops loudly at that op instead of computing something else.
 * ``sgl_kernel.<sub>`` submodules: ``utils`` is here; those in :data:`STUB_SUBMODULES` (imported
-  unconditionally at module load on CUDA) are created on import with the NotStoodIn rule by
+  unconditionally at module load on CUDA) are created on import with the NotShimmed rule by
   :class:`_SubmoduleFinder`; any other raises ``ModuleNotFoundError`` as if the wheel lacked it, so
   SGLang's own ``except ImportError`` fallbacks run (e.g. ``sgl_kernel.scalar_type`` in
   ``srt/layers/quantization/utils.py:26-42``).
 
-Set ``H200_STANDIN_LOG=<file>`` to append one line per name first imported and per stood-in op
+Set ``H200_SHIM_LOG=<file>`` to append one line per name first imported and per shimmed op
 first called (``import <name>`` / ``call <name>``), to see what the engine used.
 """
 
@@ -30,8 +30,8 @@ import os
 import sys
 import types
 
-__version__ = "0.4.10+standin"
-STANDIN = True
+__version__ = "0.4.10+shim"
+SHIM = True
 
 _seen: set[str] = set()
 
@@ -49,7 +49,7 @@ def _log(kind: str, name: str) -> None:
     if key in _seen:
         return
     _seen.add(key)
-    path = os.environ.get("H200_STANDIN_LOG")
+    path = os.environ.get("H200_SHIM_LOG")
     if path:
         try:
             with open(path, "a") as fh:
@@ -58,16 +58,16 @@ def _log(kind: str, name: str) -> None:
             pass
 
 
-class NotStoodIn:
-    """An ``sgl_kernel`` name with no stand-in: importable, raises naming itself when used."""
+class NotShimmed:
+    """An ``sgl_kernel`` name with no shim: importable, raises naming itself when used."""
 
     def __init__(self, qualname: str):
         object.__setattr__(self, "_qualname", qualname)
 
     def _fail(self, *_a, **_k):
         raise NotImplementedError(
-            f"{self._qualname} is not stood in by the H200 harness's sgl_kernel "
-            f"(tools/sglang_h200/standin/sgl_kernel): the engine reached an op the harness does not implement"
+            f"{self._qualname} is not shimmed by the H200 harness's sgl_kernel "
+            f"(tools/sglang_h200/shims/sgl_kernel): the engine reached an op the harness does not implement"
         )
 
     __call__ = _fail
@@ -81,7 +81,7 @@ class NotStoodIn:
         self._fail()
 
     def __repr__(self):
-        return f"<NotStoodIn {self._qualname}>"
+        return f"<NotShimmed {self._qualname}>"
 
 
 def _stub_getattr(modname: str):
@@ -89,7 +89,7 @@ def _stub_getattr(modname: str):
         if name.startswith("__") and name.endswith("__"):
             raise AttributeError(name)
         _log("import", f"{modname}.{name}")
-        return NotStoodIn(f"{modname}.{name}")
+        return NotShimmed(f"{modname}.{name}")
 
     return __getattr__
 
@@ -98,7 +98,7 @@ class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Creates ``sgl_kernel.<sub>`` modules that do not exist on disk as stubs (see module doc)."""
 
     def find_spec(self, fullname, path=None, target=None):
-        # This finder is last on sys.meta_path: the real files of this stand-in (utils.py, _ops.py)
+        # This finder is last on sys.meta_path: the real files of this shim (utils.py, _ops.py)
         # were found by the path finder before it is asked.
         if not fullname.startswith("sgl_kernel."):
             return None
@@ -120,10 +120,10 @@ class _SubmoduleFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 if not any(isinstance(f, _SubmoduleFinder) for f in sys.meta_path):
     sys.meta_path.append(_SubmoduleFinder())
 
-from . import _ops  # noqa: E402, F401  (registers the stood-in ops)
-from ._ops import STOOD_IN  # noqa: E402
+from . import _ops  # noqa: E402, F401  (registers the shimmed ops)
+from ._ops import SHIMMED  # noqa: E402
 
-for _name, _fn in STOOD_IN.items():
+for _name, _fn in SHIMMED.items():
     globals()[_name] = _fn
 
 __getattr__ = _stub_getattr("sgl_kernel")

@@ -29,7 +29,7 @@ so that ``ddtree-deploy compare`` has something to catch.
 It binds 127.0.0.1 only, and stops by itself: after ``--max-lifetime`` seconds, or as soon as
 its parent process is gone.
 
-    python tools/standin_server.py --port 30100 --method ddtree --budget 64 --drafter-quality 0.8
+    python tools/standin_server/server.py --port 30100 --method ddtree --budget 64 --drafter-quality 0.8
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-# ddtree_offline is this script's sibling (tools/ is sys.path[0] when it runs); ddtree_deploy is installed.
+# ddtree_offline and ddtree_deploy are installed (pip install -e .) or on PYTHONPATH (tools/ and deploy/: the bench tests).
 ALGORITHM = {"target": None, "dflash": "DFLASH", "ddtree": "DDTREE"}
 
 

@@ -40,7 +40,7 @@ _REDIRECT = {
 }
 # H200_FLASHINFER=1 (h200.sh sets it when the carry holds FlashInfer): the real modules bind FlashInfer's
 # renorm kernels and SGLang's JIT tree-sampling kernel (its build reads FlashInfer's headers), so the two
-# stand-ins that exist only because FlashInfer was absent step aside.
+# shims that exist only because FlashInfer was absent step aside.
 if os.environ.get("H200_FLASHINFER") == "1":
     del _REDIRECT["sglang.kernels.ops.sampling.renorm"], _REDIRECT["sglang.kernels.ops.speculative.verify_sampling"]
 

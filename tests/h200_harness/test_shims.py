@@ -1,10 +1,10 @@
-"""The H200 harness's stand-ins (tools/sglang_h200), checked on this CPU machine.
+"""The H200 harness's shims (tools/sglang_h200), checked on this CPU machine.
 
-* every stood-in ``sgl_kernel`` op against its independent torch reference (tools/sglang_h200/check_ops.py,
+* every shimmed ``sgl_kernel`` op against its independent torch reference (tools/sglang_h200/check_ops.py,
   the same script the H200 run executes on the GPU);
 * with a CUDA sm90 device reported to SGLang's platform checks (``H200_FAKE_CUDA=1``, the harness's
   sitecustomize; CPU only), every module a Qwen3 + DFlash/DDTree engine loads on CUDA imports from the
-  REAL patched sglang tree with the stand-ins, and the stand-in raises naming itself for what it lacks.
+  REAL patched sglang tree with the shims, and the shim raises naming itself for what it lacks.
 """
 
 from __future__ import annotations
@@ -24,27 +24,27 @@ HARNESS = REPO / "tools" / "sglang_h200"
 
 def _env(site: Path | None = None) -> dict:
     env = dict(os.environ)
-    paths = [str(HARNESS / "standin"), str(HARNESS)] + ([str(site)] if site else [])
+    paths = [str(HARNESS / "shims"), str(HARNESS)] + ([str(site)] if site else [])
     env.update(PYTHONPATH=os.pathsep.join(paths), CUDA_VISIBLE_DEVICES="", PYTHONWARNINGS="ignore",
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return env
 
 
-def test_standin_ops_match_torch_references():
+def test_shimmed_ops_match_torch_references():
     proc = subprocess.run([sys.executable, str(HARNESS / "check_ops.py"), "--device", "cpu"],
                           capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     assert "failed 0" in proc.stdout
     names = {ln.split()[1].split("[")[0].split("(")[0] for ln in proc.stdout.splitlines() if ln.startswith("CHECK ")}
-    # The stand-in sgl_kernel is imported in a child with the harness's PYTHONPATH, never into this
-    # process: no sys.path edit here, and no stand-in left in sys.modules for a later `import sgl_kernel`.
+    # The shim sgl_kernel is imported in a child with the harness's PYTHONPATH, never into this
+    # process: no sys.path edit here, and no shim left in sys.modules for a later `import sgl_kernel`.
     listed = subprocess.run(
-        [sys.executable, "-c", "import json; from sgl_kernel._ops import STOOD_IN; print(json.dumps(sorted(STOOD_IN)))"],
+        [sys.executable, "-c", "import json; from sgl_kernel._ops import SHIMMED; print(json.dumps(sorted(SHIMMED)))"],
         capture_output=True, text=True, timeout=120, env=_env())
     assert listed.returncode == 0, listed.stderr[-2000:]
-    STOOD_IN = json.loads(listed.stdout.strip().splitlines()[-1])
-    assert STOOD_IN, "the stand-in lists no ops"
-    assert set(STOOD_IN) <= names, f"stood-in ops without a check: {set(STOOD_IN) - names}"
+    SHIMMED = json.loads(listed.stdout.strip().splitlines()[-1])
+    assert SHIMMED, "the shim lists no ops"
+    assert set(SHIMMED) <= names, f"shimmed ops without a check: {set(SHIMMED) - names}"
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +54,15 @@ def site():
     return patched_site()
 
 
-def test_cuda_import_chain_with_standins(site, tmp_path):
-    log = tmp_path / "standin.log"
+def test_cuda_import_chain_with_shims(site, tmp_path):
+    log = tmp_path / "shims.log"
     env = _env(site)
-    env.update(H200_FAKE_CUDA="1", H200_STANDIN_LOG=str(log))
+    env.update(H200_FAKE_CUDA="1", H200_SHIM_LOG=str(log))
     proc = subprocess.run([sys.executable, str(HARNESS / "import_chain.py")], capture_output=True,
                           text=True, timeout=600, env=env, cwd=str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     assert proc.stdout.count("ok   ") >= 14
-    # the CUDA branches were taken and bound the stand-in's ops (import_chain.BINDINGS)
+    # the CUDA branches were taken and bound the shim's ops (import_chain.BINDINGS)
     assert proc.stdout.count("ok   binding ") >= 5, proc.stdout
     assert "absent sgl_kernel.scalar_type" in log.read_text()  # SGLang's own ImportError fallback ran
 
@@ -76,8 +76,8 @@ def test_unknown_names_raise_naming_themselves(tmp_path):
             "try:\n    import sgl_kernel.scalar_type\nexcept ImportError as e:\n    print('IMPORTERROR', e)\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_env())
     assert proc.returncode == 0, proc.stderr
-    assert "RAISED sgl_kernel.merge_state_v2 is not stood in" in proc.stdout
-    assert "RAISED sgl_kernel.kvcacheio.transfer_kv_all_layer is not stood in" in proc.stdout
+    assert "RAISED sgl_kernel.merge_state_v2 is not shimmed" in proc.stdout
+    assert "RAISED sgl_kernel.kvcacheio.transfer_kv_all_layer is not shimmed" in proc.stdout
     assert "IMPORTERROR" in proc.stdout
 
 
@@ -179,8 +179,8 @@ print("RES " + json.dumps(res))
 """
 
 
-def test_renorm_standin_runs_row_chunks_with_per_row_params(site):
-    """The renorm stand-in (h200_shims/sampling_renorm.py) applies SGLang's Triton renorm a bounded
+def test_renorm_shim_runs_row_chunks_with_per_row_params(site):
+    """The renorm shim (h200_shims/sampling_renorm.py) applies SGLang's Triton renorm a bounded
     number of rows at a time (its whole-row sort ran out of memory in DDTREE's B 256 x 32 start-up
     rehearsal on the H200): the chunked result equals the whole-matrix result, each chunk gets its own
     rows' parameters, and a mismatched parameter reaches the op unchunked."""

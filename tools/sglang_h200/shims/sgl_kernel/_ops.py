@@ -1,4 +1,4 @@
-"""The stood-in ``sgl_kernel`` ops, in torch (see the package doc and docs/h200-harness.md).
+"""The shimmed ``sgl_kernel`` ops, in torch (see the package doc and docs/h200-harness.md).
 
 Each op: the SGLang 0.5.23 call site that reaches it on CUDA (file:line in the pinned wheel), what the
 CUDA kernel computes (sgl-kernel's csrc, which wraps FlashInfer's norm/activation kernels), and the
@@ -141,7 +141,7 @@ def top_p_renorm_prob(probs, top_p, *args, **kwargs):
 
 
 # --- graphs: sglang/srt/model_executor/runner_backend_utils/weak_ref_tensor.py:8 (import); the CUDA graph
-#     runner keeps weak references to graph outputs so their memory can be reused. The stand-in returns
+#     runner keeps weak references to graph outputs so their memory can be reused. The shim returns
 #     the tensor itself (a strong reference): outputs stay alive a little longer, values are identical.
 
 
@@ -150,7 +150,7 @@ def weak_ref_tensor(tensor):
     return tensor
 
 
-STOOD_IN = {
+SHIMMED = {
     f.__name__: f
     for f in (
         rmsnorm,

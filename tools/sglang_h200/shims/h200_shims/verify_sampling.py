@@ -1,4 +1,4 @@
-"""Stand-in for ``sglang.kernels.ops.speculative.verify_sampling`` on the H200 harness (sitecustomize).
+"""Shim for ``sglang.kernels.ops.speculative.verify_sampling`` on the H200 harness (sitecustomize).
 
 What it replaces: on CUDA the real module binds ``tree_speculative_sampling_target_only`` to SGLang's
 JIT CUDA kernel (``kernels/ops/speculative/verify_sampling.py:23-26`` -> ``sampling.py:50``), whose build

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark `ddtree-deploy push` against loopback sshd hosts, and raw `scp` of the same files.
 
-    .venv/bin/python tools/bench_push.py [--hosts 1,2,4,8] [--repeat 3] [--build DIR] [--out out/bench_push.md]
+    .venv/bin/python tools/bench/bench_push.py [--hosts 1,2,4,8] [--repeat 3] [--build DIR] [--out out/bench_push.md]
 
 One run: builds the repo's series (or takes --build), starts max(--hosts) throwaway sshd hosts
 (ddtree_deploy.testing_sshd), each with the pinned wheel's srt/speculative files and every file
@@ -36,7 +36,7 @@ from ddtree_deploy.remote.inventory import load_inventory
 from ddtree_deploy.remote.push import PushOptions, push_pipeline
 from ddtree_deploy.testing_sshd import FakeHost, sshd_available, unpack_wheel, write_inventory
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 PREFIX = "sglang/srt/speculative/"
 DFLASH_LIKE = ["spec_info.py", "dflash_worker_v2.py", "dflash_info.py", "dflash_info_v2.py", "spec_utils.py"]

@@ -16,7 +16,7 @@ little with depth as a block-diffusion drafter's does. Three sharpnesses: alpha 
 1.8 (medium), 3.0 (sharp); the table states each one's mean top-1 probability and optimal tau
 at B = 256.
 
-    python tools/bench_tree_quality.py --out bench/tree_quality.md   # CPU, a few minutes
+    python tools/bench/bench_tree_quality.py --out bench/tree_quality.md   # CPU, a few minutes
 
 The result is not a timing: it depends only on the inputs and the builder (bit-identical on
 every backend), so it is computed on the CPU.
@@ -37,7 +37,7 @@ BUDGETS = (16, 64, 256, 1024)
 
 
 def load_du():
-    from bench_builder import load_ddtree_utils  # this script's sibling: tools/ is sys.path[0] when it runs
+    from bench_builder import load_ddtree_utils  # this script's sibling: tools/bench/ is sys.path[0] when it runs
 
     return load_ddtree_utils(None)[0]
 
@@ -102,7 +102,7 @@ def main(argv=None) -> int:
         f"Synthetic drafters: D = {args.depth}, V = {args.vocab}, {args.requests} requests each, Zipf-like: "
         "the logit of the rank-r token at depth d is -a log r + 0.3 N(0, 1), a = alpha (1 - 0.03 (d - 1)) u, "
         f"u ~ U[0.8, 1.2] per request and depth (seed {args.seed} + drafter index; "
-        "`tools/bench_tree_quality.py`).",
+        "`tools/bench/bench_tree_quality.py`).",
         "",
     ]
     for name, m in meta.items():
