@@ -116,10 +116,10 @@ def test_best_prefix_certificate_rejects_a_well_formed_tree_that_is_not_the_best
     probe.check_best_prefixes(build_ddtree_tree_heap(ids, lps, roots, starts, 2), ids, lps, 2)
     wrong = build_ddtree_tree_heap(ids, torch.tensor([[[-0.1, -3.0], [-5.0, -6.0]]]), roots, starts, 2)
     assert wrong.draft_tokens.tolist() == [[7, 11, 12]]
-    with pytest.raises(probe.ProbeFailure, match="outside the tree"):
+    with pytest.raises(probe.ProbeFailure, match=r"prefix \(0, 0\) is outside the tree but comes before its last node \(1,\)"):
         probe.check_best_prefixes(wrong, ids, lps, 2)
     # with fewer nodes than the budget, the tree must hold every prefix
-    with pytest.raises(probe.ProbeFailure, match="outside the tree"):
+    with pytest.raises(probe.ProbeFailure, match=r"2 nodes for budget 3, but prefix \(1,\) is outside the tree"):
         probe.check_best_prefixes(build_ddtree_tree_heap(ids, lps, roots, starts, 2), ids, lps, 3)
 
 
