@@ -16,6 +16,8 @@ touches is imported; none touches a worker, the scheduler, an attention backend 
    (``model_runner.py:1772``), a dtype mismatch in a float32 model (the DFlash drafter is fed the
    target's embeddings as input_embeds). When the runner's dtype is float32 the embeds stay
    float32 (same values, no rounding); nothing else in the kwargs changes.
+4. Triton's interpreter (``triton.runtime.interpreter``): two paths whose work is thrown away are
+   skipped (see ``_shim_triton_interpreter``); the kernels and every value they compute are unchanged.
 The tree-mask layout is deliberately NOT shimmed: the DDTree worker's own choice is under test.
 """
 
@@ -89,7 +91,75 @@ def _shim_model_runner(mod):
     cls._extend_forward_kwargs = _extend_forward_kwargs
 
 
+def _shim_triton_interpreter(mod):
+    """Shim 4: two pure-overhead paths of Triton's interpreter (triton 3.8 ``runtime/interpreter.py``)
+    skipped; every value an interpreted kernel computes is unchanged. Together they halve the time of
+    an interpreted attention kernel, which is nearly all of a CPU engine step.
+
+    a. ``InterpreterOptions.sanitize_overflow`` (:107, True) makes every integer add / sub / mul also
+       build an int64 overflow check whose ``device_assert`` then returns at once, since ``debug`` is
+       False (``language/semantic.py:1811``): the work is thrown away, as in a GPU build without debug.
+       Off here.
+    b. Every call of a ``@triton.jit`` device function from inside a kernel (``tl.max``, ``tl.zeros``,
+       ``tl.sum``... are such functions) re-patches ``triton.language`` (``_patch_lang`` at :1544:
+       ``inspect.getmembers`` over the language modules) although the kernel's launch (:1397) or an
+       earlier call already patched those same module objects, which stay patched until the launch's
+       grid ends. Here a nested call whose modules are patched already in this launch does nothing;
+       a nested call that needs more, every launch and every restore are the interpreter's own code.
+
+    ``tests/real_engine/test_00_interpreter_shim.py`` runs SGLang's extend-attention kernel (tree mask
+    and causal, with a KV prefix) with and without the shims and requires the same output bit for bit.
+    """
+    import dataclasses
+
+    builder = mod.interpreter_builder
+    builder.options = dataclasses.replace(builder.options, sanitize_overflow=False)
+
+    orig_patch_lang = mod._patch_lang
+    stats = mod._ddtree_shim_stats = {"launches": 0, "nested_skipped": 0, "nested_patched": 0}
+    patched: set = set()  # ids of what the launch running now has patched; empty between launches
+    launch: list = []
+
+    def _targets(fn):
+        """The objects the interpreter's _patch_lang(fn) patches (interpreter.py:1247-1258)."""
+        tl = mod.tl
+        out = set()
+        for v in fn.__globals__.values():
+            if v is tl or v is tl.core:
+                out.update((id(v), id(v.tensor)))
+                if v is tl:
+                    out.add(id(tl.math))
+        return out
+
+    def _patch_lang(fn):
+        need = _targets(fn)
+        if launch and need <= patched:
+            stats["nested_skipped"] += 1
+            return mod._LangPatchScope()  # patched already in this launch: nothing to do
+        scope = orig_patch_lang(fn)
+        patched.update(need)
+        if launch:
+            stats["nested_patched"] += 1
+            return scope  # a device function that needed more: the interpreter's own path
+        stats["launches"] += 1
+        launch.append(fn)
+        restore = scope.restore
+
+        def restore_and_forget():
+            try:
+                restore()
+            finally:
+                launch.clear()
+                patched.clear()
+
+        scope.restore = restore_and_forget
+        return scope
+
+    mod._patch_lang = _patch_lang
+
+
 _SHIMS = {
+    "triton.runtime.interpreter": _shim_triton_interpreter,
     "torch": _shim_torch,
     "sglang.srt.arg_groups.speculative_hook": _shim_speculative_hook,
     "sglang.srt.model_executor.model_runner": _shim_model_runner,
