@@ -62,13 +62,58 @@ def hf_greedy(re_models) -> HFGreedy:
     return HFGreedy(re_models["target"])
 
 
+class PlainReferences:
+    """The plain engine's greedy tokens, shared by every pytest worker of one run: a JSON file in
+    the run's common temp dir, keyed by the target checkpoint's weights hash, written under an
+    exclusive lock. The first worker that needs them computes them (one plain engine); the others
+    read them instead of starting a plain engine of their own."""
+
+    def __init__(self, shared_dir: Path, target: Path):
+        import hashlib
+
+        digest = hashlib.sha256((target / "model.safetensors").read_bytes()).hexdigest()[:16]
+        self.path = shared_dir / f"plain-references-{digest}.json"
+        self.lock_path = self.path.with_suffix(".lock")
+
+    def locked(self):
+        import contextlib
+        import fcntl
+
+        @contextlib.contextmanager
+        def hold():
+            with open(self.lock_path, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+
+        return hold()
+
+    def read(self) -> dict:
+        import json
+
+        if not self.path.is_file():
+            return {}
+        return {tuple(json.loads(k)): v for k, v in json.loads(self.path.read_text()).items()}
+
+    def write(self, refs: dict) -> None:
+        import json
+        import os
+
+        tmp = self.path.with_suffix(f".tmp-{os.getpid()}")
+        tmp.write_text(json.dumps({json.dumps(list(k)): v for k, v in refs.items()}))
+        os.replace(tmp, self.path)
+
+
 class EnginePool:
     """At most one live engine; ``get(name)`` starts the named config (stopping another)."""
 
-    def __init__(self, site: Path, models: dict, log_dir: Path):
+    def __init__(self, site: Path, models: dict, log_dir: Path, shared: PlainReferences | None = None):
         self.site, self.models, self.log_dir = site, models, log_dir
         self.current: EngineProc | None = None
         self.plain_cache: dict = {}
+        self.shared = shared
         self.timings: list[tuple[str, float]] = []
 
     def kwargs(self, name: str) -> dict:
@@ -114,8 +159,22 @@ class EnginePool:
 
     def plain(self, prompts, n: int) -> list[list[int]]:
         """The plain (non-speculative) engine's greedy tokens, computed once for every
-        prompt of ``cases.PLAIN_REFERENCE`` and cached; a prompt outside it starts the
-        plain engine again."""
+        prompt of ``cases.PLAIN_REFERENCE`` and cached (in this worker and, through
+        ``PlainReferences``, for the other workers of the run); a prompt outside it starts
+        the plain engine again."""
+        missing = [p for p in prompts if len(self.plain_cache.get(tuple(p), ())) < n]
+        if missing and self.shared is not None:
+            with self.shared.locked():
+                for p, toks in self.shared.read().items():  # keep the longer of two answers
+                    if len(toks) > len(self.plain_cache.get(p, ())):
+                        self.plain_cache[p] = toks
+                self._compute_plain(prompts, n)
+                self.shared.write(self.plain_cache)
+        elif missing:
+            self._compute_plain(prompts, n)
+        return [self.plain_cache[tuple(p)][:n] for p in prompts]
+
+    def _compute_plain(self, prompts, n: int) -> None:
         missing = [p for p in prompts if len(self.plain_cache.get(tuple(p), ())) < n]
         if missing:
             prev = self.current.name if self.current is not None else None
@@ -130,36 +189,23 @@ class EnginePool:
                 self.plain_cache[p] = o["output_ids"]
             if prev is not None and prev != "plain":
                 self.get(prev)
-        return [self.plain_cache[tuple(p)][:n] for p in prompts]
 
 
 @pytest.fixture(scope="session")
 def engines(re_site, re_models, tmp_path_factory):
-    pool = EnginePool(re_site, re_models, tmp_path_factory.mktemp("engine-logs"))
+    # With pytest-xdist the workers of one run share the parent of their temp dirs.
+    import os
+
+    base = tmp_path_factory.getbasetemp()
+    shared = PlainReferences(base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base, re_models["target"])
+    pool = EnginePool(re_site, re_models, tmp_path_factory.mktemp("engine-logs"), shared)
     yield pool
     pool.stop()
     if pool.timings:
         sys.stderr.write("\nreal-engine starts: " + ", ".join(f"{n} {s:.0f}s" for n, s in pool.timings)
                          + "\n")
+    # With several workers, test_06 sees only its own worker's engines: every worker checks its own here.
+    import re_engine_proc
 
-
-_WALL = {"first": None, "last": None, "n": 0}
-
-
-def pytest_runtest_setup(item):
-    if HERE in Path(str(item.fspath)).resolve().parents:
-        if _WALL["first"] is None:
-            _WALL["first"] = time.monotonic()
-        _WALL["n"] += 1
-
-
-def pytest_runtest_teardown(item):
-    if HERE in Path(str(item.fspath)).resolve().parents:
-        _WALL["last"] = time.monotonic()
-
-
-def pytest_terminal_summary(terminalreporter):
-    if _WALL["first"] is not None and _WALL["last"] is not None:
-        terminalreporter.write_line(
-            f"real-engine suite (tests/real_engine): {_WALL['n']} tests, wall time "
-            f"{_WALL['last'] - _WALL['first']:.0f} s")
+    if re_engine_proc.LEAKED:
+        pytest.fail(f"engine processes alive after shutdown: {re_engine_proc.LEAKED}", pytrace=False)

@@ -4,13 +4,14 @@
   ``sglang.srt.speculative.ddtree_utils``) under a bare ``sglang`` package, so SGLang's own
   ``__init__`` (and its heavy dependencies) never run.
 - :func:`patched_site` gives a directory with the complete patched ``sglang/`` package (the
-  pinned snapshot with the series applied) for ``PYTHONPATH=`` in a subprocess.
+  pinned snapshot with the series applied, byte-compiled) for ``PYTHONPATH=`` in a subprocess.
 
 Both build into the cache, keyed by the series id, so they are cheap after the first call.
 """
 
 from __future__ import annotations
 
+import compileall
 import importlib
 import os
 import shutil
@@ -77,6 +78,10 @@ def patched_site(series_dir: Path | None = None) -> Path:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(fr.result)
                 os.chmod(target, fr.mode)
+        # Byte-code once, here: every process that imports the site (each test harness, each engine
+        # process) would otherwise compile SGLang's few thousand modules again, and more than not the
+        # tests run with PYTHONDONTWRITEBYTECODE. Tracebacks name the published path (ddir).
+        compileall.compile_dir(tmp / "sglang", ddir=str(dest / "sglang"), quiet=2, workers=0)
         return inputs.series.series_id + "\n"
 
     publish_once(dest, ".complete", fill)
