@@ -10,15 +10,27 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 # The demo needs only the tool's own dependencies (no torch, no CUDA): its host's smoke is then
 # py_compile only. `make test` installs the rest into the same venv.
 DEMO_STAMP := $(VENV)/.installed-demo-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# `make lint` needs only the tool, ruff, mypy, black and isort (no torch).
+LINT_STAMP := $(VENV)/.installed-lint-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
+# pytest workers (pytest-xdist): one per core, at most 4 (each real-engine module holds one engine
+# process, about 1.5 GB, on one core). WORKERS=0 runs everything in one process.
+WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+# how many of the slowest tests pytest lists at the end
+DURATIONS ?= 40
+# The inner loop (`make test-fast`): everything but the real engine on the CPU (tests/real_engine),
+# SGLang's own processes and harnesses (tests/sglang) and the interpreted kernels (tests/kernels,
+# tests/h200_harness); under 5 minutes on 2 cores. `make test` runs everything.
+FAST_PATHS := tests/foundation tests/deploy tests/bench tests/offline tests/ddtree tests/soak
 
-.PHONY: help venv demo-venv sshd snapshot demo test lint check build bench bench-gpu-bundle h200-bundle h200-flashinfer mutation soak clean
+.PHONY: help venv demo-venv lint-venv sshd snapshot demo test test-fast lint check build bench bench-gpu-bundle h200-bundle h200-flashinfer mutation soak clean
 
 help:
 	@echo "make demo    side-by-side rollout, then push -> status -> smoke -> rollback, on a throwaway loopback host"
-	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel)"
+	@echo "make test    the whole test suite (real sshd on loopback, the real pinned wheel, the real engine)"
+	@echo "make test-fast  the inner loop: the suite without the real engine, SGLang harnesses, interpreted kernels"
 	@echo "make check   ddtree-deploy check on the repo's series"
-	@echo "make lint    ruff (lint + format check) and mypy --strict on the core packages"
+	@echo "make lint    ruff (lint + format check), mypy --strict, the series lint (installs no torch)"
 	@echo "make bench   CPU benchmarks here: tables + plots under out/bench/ (committed GPU results: bench/)"
 	@echo "make mutation  mutation testing of the patch engine + the agent's restore path (slow, bounded)"
 	@echo "make soak    soak the real SGLang engine on this CPU with DDTREE (SOAK_REQUESTS, default 200; out/soak)"
@@ -31,6 +43,13 @@ $(STAMP): pyproject.toml
 	touch $@
 
 demo-venv: $(DEMO_STAMP)
+
+lint-venv: $(LINT_STAMP)
+
+$(LINT_STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -e '.[lint]'
+	touch $@
 
 $(DEMO_STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,7 +64,8 @@ sshd:
 	  echo "installing openssh-client util-linux e2fsprogs (apt)"; apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-client util-linux e2fsprogs >/dev/null; }
 
-snapshot: venv
+# The tool alone fetches and verifies the pinned wheel (no torch needed).
+snapshot: demo-venv
 	$(DD) snapshot fetch
 
 check: snapshot
@@ -58,20 +78,25 @@ demo: demo-venv sshd
 	$(DD) snapshot fetch
 	$(DD) demo
 
-# The real-engine suite (tests/real_engine) prints its own wall time in pytest's summary.
+# pytest's summary ends with the seconds each test folder took (tests/conftest.py).
 # ruff's rules and mypy's files and overrides live in pyproject.toml ([tool.ruff], [tool.mypy]);
 # `make test` runs both first. tools/lint/lint_series.py: black / isort / pyflakes over the series' SGLang files
 # (SGLang's formatter and settings; the files the series adds and, where upstream is black-clean, the ones it changes).
 LINT_PATHS := deploy/ddtree_deploy tools tests/foundation tests/deploy tests/testkit.py tests/conftest.py
-lint: venv snapshot
+lint: lint-venv snapshot
 	$(VENV)/bin/ruff check $(LINT_PATHS)
 	$(VENV)/bin/ruff format --check $(LINT_PATHS)
 	$(VENV)/bin/mypy
 	$(PY) tools/lint/lint_series.py
 
 test: venv sshd snapshot lint
-	@start=$$(date +%s); $(PY) -m pytest -q --durations=40 $(PYTEST_ARGS); rc=$$?; \
-	  echo "make test: pytest wall time $$(( $$(date +%s) - start )) s (rc=$$rc)"; exit $$rc
+	@start=$$(date +%s); $(PY) -m pytest -q -n $(WORKERS) --durations=$(DURATIONS) $(PYTEST_ARGS); rc=$$?; \
+	  echo "make test: pytest wall time $$(( $$(date +%s) - start )) s on $(WORKERS) worker(s) (rc=$$rc)"; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests (exit 5): a failure"; fi; exit $$rc
+
+test-fast: venv sshd snapshot
+	@start=$$(date +%s); $(PY) -m pytest -q -n $(WORKERS) --durations=10 $(FAST_PATHS) $(PYTEST_ARGS); rc=$$?; \
+	  echo "make test-fast: pytest wall time $$(( $$(date +%s) - start )) s on $(WORKERS) worker(s) (rc=$$rc)"; exit $$rc
 
 # Benchmarks write tables (and PNG plots) stating the machine; ratios are measured side by side.
 bench: venv sshd snapshot
