@@ -128,10 +128,15 @@ def run_demo(
             sbs["smoke_modules"] = []
             sbs["smoke_run"] = []
         inv = write_inventory(tmp / "hosts.toml", {"demo": table, "demo-ddtree": sbs})
+        # The same host as a dedicated eval host: the user's explicit opt-in to patch it in place.
+        inv_eval = write_inventory(tmp / "hosts-eval.toml", {"demo": dict(table, allow_in_place=True)})
         err.print(
-            f"inventory: {inv} (demo = production; demo-ddtree = a venv beside it, its server on port {srv.port})", markup=False
+            f"inventory: {inv} (demo = production; demo-ddtree = a venv beside it, its server on port {srv.port}); "
+            f"{inv_eval}: demo as a dedicated eval host (allow_in_place = true)",
+            markup=False,
         )
         INV = ["--inventory", str(inv)]
+        EVAL = ["--inventory", str(inv_eval)]
         B = ["--build", str(build_dir)]
         prod_before = tree_digest(host.venv) if host.venv else (0, "")
         steps: list[tuple[str, list[str], int]] = [
@@ -156,21 +161,26 @@ def run_demo(
             ("7. status of the side-by-side venv: the build's files, patched", ["status", "demo-ddtree", *INV, *B], 0),
             ("8. rollout --remove: stop its server, delete the venv", ["rollout", "demo-ddtree", "--remove", *INV], 0),
             (
-                "9. in place (a dedicated eval host only): push --dry-run, a diff per file",
-                ["push", "demo", "--dry-run", "--diff-lines", "8", *INV, *B],
+                "9. push of production: refused (demo serves traffic: demo-ddtree sits beside it)",
+                ["push", "demo", *INV, *B],
+                2,
+            ),
+            (
+                "10. in place (a dedicated eval host, allow_in_place = true): push --dry-run, a diff per file",
+                ["push", "demo", "--dry-run", "--diff-lines", "8", *EVAL, *B],
                 0,
             ),
             (
-                "10. push: preflight, lock, backup, atomic upload, compile + smoke, audit",
-                ["push", "demo", "--why", "demo", *INV, *B],
+                "11. push: preflight, lock, backup, atomic upload, compile + smoke, audit",
+                ["push", "demo", "--why", "demo", *EVAL, *B],
                 0,
             ),
-            ("11. status", ["status", "demo", *INV, *B], 0),
-            ("12. smoke (re-run on what is deployed)", ["smoke", "demo", *INV, *B], 0),
-            ("13. push again: nothing to send", ["push", "demo", *INV, *B], 0),
-            ("14. history (the host's audit log)", ["history", "demo", *INV], 0),
-            ("15. rollback: restore from the host's backup, verified", ["rollback", "demo", "--why", "demo", *INV], 0),
-            ("16. status: pristine again", ["status", "demo", "--strict", *INV, *B], 0),
+            ("12. status", ["status", "demo", *EVAL, *B], 0),
+            ("13. smoke (re-run on what is deployed)", ["smoke", "demo", *EVAL, *B], 0),
+            ("14. push again: nothing to send", ["push", "demo", *EVAL, *B], 0),
+            ("15. history (the host's audit log)", ["history", "demo", *EVAL], 0),
+            ("16. rollback: restore from the host's backup, verified", ["rollback", "demo", "--why", "demo", *EVAL], 0),
+            ("17. status: pristine again", ["status", "demo", "--strict", *EVAL, *B], 0),
         ]
         for title, argv, want in steps:
             env.rule(f"[bold]{title}")

@@ -46,23 +46,41 @@ lock_app = typer.Typer(
 
 
 def _hosts(
-    inventory: Optional[Path], names: Optional[List[str]], all_: bool, command: str, *, in_place: bool = False
+    inventory: Optional[Path],
+    names: Optional[List[str]],
+    all_: bool,
+    command: str,
+    *,
+    in_place: bool = False,
+    writes_live: bool = False,
+    env: Optional[Environment] = None,
 ) -> list[HostConfig]:
     """The hosts named (or ``--all``); ``in_place`` commands (push, rollback) leave side-by-side hosts
-    out of ``--all`` (``rollout`` installs those) and refuse them by name."""
+    out of ``--all`` (``rollout`` installs those) and refuse them by name; ``writes_live`` (push) also
+    leaves out, and refuses by name, hosts that serve traffic (unless their entry has allow_in_place)."""
     from ddtree_deploy.errors import InventoryError
     from ddtree_deploy.remote.inventory import load_inventory
-    from ddtree_deploy.remote.push import refuse_side_by_side
+    from ddtree_deploy.remote.push import refuse_serving, refuse_side_by_side
 
     hs = load_inventory(inventory).select(list(names or []), all_, command)
     if in_place and all_:
-        hs = [h for h in hs if not h.is_side_by_side]
+        skipped = [h.name for h in hs if writes_live and h.in_place_refused]
+        hs = [h for h in hs if not h.is_side_by_side and h.name not in skipped]
+        if skipped and env is not None:
+            env.err.print(
+                f"{command} --all leaves out {', '.join(skipped)} (serving traffic; `rollout` installs DDTree beside it)",
+                markup=False,
+            )
         if not hs:
             raise InventoryError(
-                f"{command} --all: the inventory has only side-by-side hosts", hint="ddtree-deploy rollout --all"
+                f"{command} --all: the inventory has no host to patch in place"
+                + (f" ({', '.join(skipped)} serve traffic)" if skipped else " (only side-by-side hosts)"),
+                hint="ddtree-deploy rollout --all",
             )
     for h in hs if in_place else []:
         refuse_side_by_side(h, command)
+        if writes_live:
+            refuse_serving(h, command)
     return hs
 
 
@@ -127,7 +145,7 @@ def push(
     from ddtree_deploy.remote.push import PushOptions, push_pipeline
 
     test_hooks()  # refuses a hook that does not exist (only delays do) before anything runs
-    hs = _hosts(inventory, hosts, all_, "push", in_place=True)
+    hs = _hosts(inventory, hosts, all_, "push", in_place=True, writes_live=True, env=env)
     if no_rollback and not restart:
         raise UsageError("--no-rollback only applies together with --restart")
     with _build_set(env, build_dir) as bs:

@@ -36,7 +36,10 @@ _STR_KEYS = (
     "venv",
 )
 _NUM_KEYS = ("smoke_timeout", "health_timeout", "connect_timeout")
-_KNOWN = set(_STR_KEYS) | set(_NUM_KEYS) | {"smoke_modules", "smoke_run", "bench", "description"}
+# serving: the host serves traffic (implied for a host a side-by-side entry names): `push` refuses it.
+# allow_in_place: the explicit opt-in for a serving host that is really meant to be patched in place.
+_BOOL_KEYS = ("serving", "allow_in_place")
+_KNOWN = set(_STR_KEYS) | set(_NUM_KEYS) | set(_BOOL_KEYS) | {"smoke_modules", "smoke_run", "bench", "description"}
 # A side-by-side host copies these from the host it sits beside when it does not set them.
 _INHERITED = ("target", "identity_file", "known_hosts")
 
@@ -64,11 +67,26 @@ class HostConfig:
     side_by_side_of: str | None = None
     venv: str | None = None
     production: HostConfig | None = None
+    # ``serving = true`` in the inventory; the side-by-side entries that name this host (filled by
+    # load_inventory); ``allow_in_place = true``: the user's explicit opt-in to patch it in place anyway.
+    serving: bool = False
+    side_by_side_entries: list[str] = field(default_factory=list)
+    allow_in_place: bool = False
     raw: dict[str, Any] = field(default_factory=dict)
 
     @property
     def is_side_by_side(self) -> bool:
         return self.side_by_side_of is not None
+
+    @property
+    def serves_traffic(self) -> bool:
+        """Production: marked ``serving = true``, or a side-by-side entry sits beside it."""
+        return self.serving or bool(self.side_by_side_entries)
+
+    @property
+    def in_place_refused(self) -> bool:
+        """``push`` must not patch this host's live environment (no ``allow_in_place = true``)."""
+        return self.serves_traffic and not self.allow_in_place
 
     @property
     def known_hosts_path(self) -> Path:
@@ -148,6 +166,9 @@ def _parse_host(name: str, table: Any, path: Path) -> HostConfig:
     for key in _NUM_KEYS:
         if key in table and (isinstance(table[key], bool) or not isinstance(table[key], (int, float)) or table[key] <= 0):
             raise InventoryError(f"{where}: '{key}' must be a positive number of seconds", hint=fix)
+    for key in _BOOL_KEYS:
+        if key in table and not isinstance(table[key], bool):
+            raise InventoryError(f"{where}: '{key}' must be true or false (got {table[key]!r})", hint=fix)
     return HostConfig(
         name=name,
         target=table["target"],
@@ -164,6 +185,8 @@ def _parse_host(name: str, table: Any, path: Path) -> HostConfig:
         health_timeout=float(table.get("health_timeout", 120.0)),
         connect_timeout=float(table.get("connect_timeout", DEFAULT_CONNECT_TIMEOUT)),
         stop_command=table.get("stop_command"),
+        serving=bool(table.get("serving", False)),
+        allow_in_place=bool(table.get("allow_in_place", False)),
         raw=dict(table),
     )
 
@@ -190,6 +213,13 @@ def _parse_side_by_side(name: str, table: dict[str, Any], tables: dict[str, Any]
         )
     if "side_by_side_of" in prod_t:
         raise InventoryError(f"{where}: side_by_side_of = {of!r} is itself a side-by-side host; name the production host")
+    for key in _BOOL_KEYS:
+        if key in table:
+            raise InventoryError(
+                f"{where}: '{key}' belongs to the production host ([hosts.{of}]); a side-by-side host is only ever "
+                "installed by rollout, beside it",
+                hint=f"remove '{key}' from [hosts.{name}]",
+            )
     for key in ("python", "site_packages"):
         if key in table:
             raise InventoryError(
@@ -277,4 +307,16 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Inventory:
             hosts[name] = _parse_side_by_side(name, t, hosts_t, p)
         else:
             hosts[name] = _parse_host(name, t, p)
+    for name, h in hosts.items():
+        if h.side_by_side_of is not None:
+            hosts[h.side_by_side_of].side_by_side_entries.append(name)
+            if h.production is not None:
+                h.production.side_by_side_entries.append(name)
+    for h in hosts.values():
+        if h.side_by_side_entries and h.raw.get("serving") is False:
+            raise InventoryError(
+                f"{p}: [hosts.{h.name}]: serving = false, but {', '.join(h.side_by_side_entries)} sits beside it "
+                "(a host with a side-by-side entry serves traffic)",
+                hint=f"remove serving from [hosts.{h.name}]; to patch it in place anyway, set allow_in_place = true there",
+            )
     return Inventory(path=p, hosts=hosts)

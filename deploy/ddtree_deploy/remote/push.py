@@ -198,6 +198,28 @@ def refuse_side_by_side(h: HostConfig, command: str) -> None:
         )
 
 
+def refuse_serving(h: HostConfig, command: str) -> None:
+    """A host that serves traffic is never patched in place unless its entry opts in."""
+    if not h.in_place_refused:
+        return
+    why = (
+        f"{', '.join(h.side_by_side_entries)} sits beside it (side_by_side_of = {h.name!r})"
+        if h.side_by_side_entries
+        else "its inventory entry says serving = true"
+    )
+    fix = (
+        f"ddtree-deploy rollout {h.side_by_side_entries[0]}   (DDTree in its own venv beside production)"
+        if h.side_by_side_entries
+        else f"ddtree-deploy rollout {h.name}-ddtree   "
+        f"(after adding a [hosts.{h.name}-ddtree] entry with side_by_side_of = {h.name!r})"
+    )
+    raise UsageError(
+        f"{h.name} serves traffic ({why}): `{command}` would patch its live SGLang in place. "
+        f"To do that on purpose, set allow_in_place = true in [hosts.{h.name}]",
+        hint=fix,
+    )
+
+
 def service_step(hc: HostConnection, report: Reporter, *, after: str, deploy_id: str | None, why: str | None) -> tuple[bool, str]:
     """``restart_command``, then ``health_url`` polled from the host until 2xx, audited on the host."""
     ok, reason = _restart(hc, report)
