@@ -117,6 +117,19 @@ def test_side_by_side_rollout_end_to_end_production_untouched(prod, inv, repo_bu
     r = json.loads(out)["hosts"][0]
     assert r["status"] == "rolled-out" and "untouched" in r["message"] and "healthy" in r["message"]
 
+    # smoke of the side-by-side host checks what is installed there (issue 40 item 2): every .py file
+    # the series patches, compiled in the venv, with no --build; an in-place host with nothing
+    # deployed and no --build has nothing to check: a failure (exit 12), never "ok"
+    from ddtree_deploy.patches.series import load_series
+    from ddtree_deploy.paths import default_series_dir
+
+    n_py = len([p for p in load_series(default_series_dir()).touched_paths() if p.endswith(".py")])
+    code, out, err = cli("smoke", "ct-ddtree", "--inventory", path, "--json")
+    assert code == 0, out + err
+    assert f"compiled {n_py} file(s)" in json.loads(out)["hosts"][0]["message"], out
+    code, out, err = cli("smoke", "ct", "--inventory", path, "--json")
+    assert code == 12 and "nothing to smoke-test" in json.loads(out)["message"], out + err
+
     # the venv: pip installed the DDTree wheel there; its interpreter imports it from there
     assert venv_run(venv, "import importlib.metadata as m; print(m.version('sglang'))") == local
     site = Path(venv_run(venv, "import sysconfig; print(sysconfig.get_paths()['purelib'])"))
@@ -169,6 +182,51 @@ def test_push_and_rollback_refuse_a_side_by_side_host(prod, inv, cli, tmp_path):
         code, out, err = cli(*argv, "--inventory", path)
         assert code == 2 and "side-by-side host" in err and "fix: ddtree-deploy rollout ct-ddtree" in err, err
     assert not venv.exists() and not state.exists()
+
+
+def test_push_refuses_a_host_that_serves_traffic_and_all_leaves_it_out(prod, inv, repo_build, cli, tmp_path):  # noqa: F811
+    """Issue 40 item 1: the inventory knows ct serves traffic (ct-ddtree sits beside it), so `push ct`
+    is refused before anything touches the host (exit 2, the fix names the rollout), `push --all`
+    leaves it out, and only an explicit `allow_in_place = true` in its entry lets a push through."""
+    path, venv, _, state = inv
+    before = prod_bytes(prod)
+    for argv in (["push", "ct"], ["push", "ct", "--dry-run"]):
+        code, out, err = cli(*argv, "--build", repo_build, "--inventory", path)
+        assert code == 2, (argv, out, err)
+        assert "ct serves traffic" in err and "ct-ddtree sits beside it" in err, err
+        assert "allow_in_place = true" in err and "fix: ddtree-deploy rollout ct-ddtree" in err, err
+    code, out, err = cli("push", "--all", "--build", repo_build, "--inventory", path, "--json")
+    assert code == 2 and "leaves out ct" in err and "no host to patch in place" in err, (out, err)
+    assert prod_bytes(prod) == before
+    assert not Path(os.path.expanduser(str(prod.state_dir))).joinpath("audit.log").exists()
+
+    # serving = true marks production without a side-by-side entry
+    prod_table = prod.inventory_table(site_packages=str(prod.site), health_url="http://127.0.0.1:9/health")
+    marked = write_inventory(tmp_path / "marked.toml", {"ct": dict(prod_table, serving=True)})
+    code, out, err = cli("push", "ct", "--build", repo_build, "--inventory", marked)
+    assert code == 2 and "serving = true" in err and "fix: ddtree-deploy rollout ct-ddtree" in err, err
+    # serving = false cannot contradict a side-by-side entry; bad values are refused where they enter
+    for bad, want in (
+        ({"serving": False}, "serving = false, but sbs sits beside it"),
+        ({"allow_in_place": "yes"}, "'allow_in_place' must be true or false"),
+    ):
+        p = write_inventory(
+            tmp_path / "bad.toml",
+            {
+                "ct": dict(prod_table, **bad),
+                "sbs": {"side_by_side_of": "ct", "venv": str(tmp_path / "v"), "health_url": "http://127.0.0.1:30100/health"},
+            },
+        )
+        code, out, err = cli("status", "ct", "--inventory", p)
+        assert code == 2 and want in err and "fix:" in err, (bad, err)
+    assert prod_bytes(prod) == before
+
+    # the explicit opt-in: the same host, allow_in_place = true, is pushed (a dry run: nothing written)
+    opted = write_inventory(tmp_path / "opted.toml", {"ct": dict(prod_table, serving=True, allow_in_place=True)})
+    code, out, err = cli("push", "ct", "--dry-run", "--build", repo_build, "--inventory", opted, "--json")
+    assert code == 0, out + err
+    assert json.loads(out)["hosts"][0]["host"] == "ct"
+    assert prod_bytes(prod) == before
 
 
 def test_rollout_refuses_a_venv_it_did_not_make(prod, inv, repo_build, cli):  # noqa: F811

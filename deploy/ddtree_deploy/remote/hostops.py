@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ddtree_deploy.build.manifest import Manifest
-from ddtree_deploy.errors import DriftError, HostRefusedError, LockHeldError, UsageError
+from ddtree_deploy.errors import DriftError, HostRefusedError, LockHeldError, SmokeFailedError, UsageError
 from ddtree_deploy.hashing import sha256_bytes
 from ddtree_deploy.remote.connection import HostConnection
 from ddtree_deploy.remote.inventory import HostConfig
@@ -467,13 +467,27 @@ def apply(
 PROBE_MODULE = "sglang.srt.speculative.ddtree_probe"
 
 
-def smoke_run(h: HostConfig, bs: BuildSet | None) -> list[str]:
-    """Modules run as ``python -m M`` after the imports: the inventory's, else the DDTree probe if shipped."""
+def smoke_run(h: HostConfig, bs: BuildSet | None, modules: list[str] | None = None) -> list[str]:
+    """Modules run as ``python -m M`` after the imports: the inventory's, else the DDTree probe if shipped
+    (in the build, or among the modules installed on the host: ``modules``)."""
     if h.smoke_run is not None:
         return list(h.smoke_run)
-    if bs is None:
-        return []
-    return [PROBE_MODULE] if PROBE_MODULE in bs.default_smoke_modules() else []
+    shipped = bs.default_smoke_modules() if bs is not None else list(modules or [])
+    return [PROBE_MODULE] if PROBE_MODULE in shipped else []
+
+
+def path_modules(paths: list[str]) -> list[str]:
+    """``sglang/srt/x.py`` -> ``sglang.srt.x`` (``__init__.py`` -> its package)."""
+    return [p[:-3].replace("/", ".").removesuffix(".__init__") for p in paths if p.endswith(".py")]
+
+
+def series_paths() -> list[str]:
+    """The ``.py`` files the repo's series patches (what a side-by-side venv's DDTree wheel carries
+    patched): smoke's default for a host with no deploy records and no ``--build``."""
+    from ddtree_deploy.patches.series import load_series
+    from ddtree_deploy.paths import default_series_dir
+
+    return [p for p in load_series(default_series_dir()).touched_paths() if p.endswith(".py")]
 
 
 def smoke_modules(h: HostConfig, bs: BuildSet | None) -> list[str]:
@@ -533,13 +547,23 @@ def smoke(
     on_event: Callable[[dict[str, Any]], None] | None = None,
     cancel: threading.Event | None = None,
 ) -> dict[str, Any]:
-    """Re-run compile + smoke import on what is deployed (host records; else the build's files)."""
+    """Re-run compile + smoke import (+ the probe) on what is installed: the in-place deploy records'
+    files; else the build's; else, on a side-by-side host, the series' patched files in its venv.
+    Nothing to check is a failure (``SmokeFailedError``), never a pass."""
     h = hc.host
     pr = probe(hc, [])
     paths = deployed_paths(pr.get("records", [])) or (bs.compile_paths() if bs else [])
+    if not paths and bs is None and h.is_side_by_side:
+        paths = series_paths()
     mods = smoke_modules(h, bs)
     if h.smoke_modules is None and not bs:
-        mods = [p[:-3].replace("/", ".").removesuffix(".__init__") for p in paths if p.endswith(".py")]
+        mods = path_modules(paths)
+    if not paths and not mods:
+        raise SmokeFailedError(
+            f"{h.name}: nothing to smoke-test: no deploy record on the host, no --build and no smoke_modules "
+            "(0 files compiled, 0 modules imported would prove nothing)",
+            hint=f"ddtree-deploy smoke {h.name} --build DIR   (or push / rollout first)",
+        )
     return hc.run_agent(
         {
             "op": "smoke",
@@ -547,7 +571,7 @@ def smoke(
             "package": bs.package if bs else "sglang",
             "compile": paths,
             "modules": mods,
-            "run": smoke_run(h, bs),
+            "run": smoke_run(h, bs, mods),
             "timeout": h.smoke_timeout,
         },
         on_event=on_event,
