@@ -130,3 +130,60 @@ def test_a_slow_first_replay_does_not_decide(auto_mod):
 
 def test_buckets_are_powers_of_two(auto_mod):
     assert [auto_mod.batch_bucket(x) for x in (1, 2, 3, 4, 5, 8, 9, 32, 33)] == [1, 2, 4, 4, 8, 8, 16, 32, 64]
+
+
+# ---------------------------------------------------------------- the chain (issue 38)
+@SETTINGS
+@given(bs=st.integers(1, 3), depth=st.integers(1, 7), k=st.integers(1, 5), seed=st.integers(0, 10**6))
+def test_chain_prediction_is_the_top1_path_of_the_tree(du, ref, bs, depth, k, seed):
+    """The chain candidate's predicted acceptance is the expected acceptance of the tree made of
+    each depth's top-1 only (the heap oracle's tree at K = 1, budget = depth: linear DFlash's
+    greedy chain), whatever the other K - 1 candidates are."""
+    ids, lps, roots, starts = ref.make_topk(bs, depth, k, seed)
+    chain_tree = build_ddtree_tree_heap(ids[:, :, :1], lps[:, :, :1], roots, starts, depth)
+    want = du.predicted_accept_length(chain_tree)
+    got = du.chain_accept_prediction(lps)
+    assert got.shape == (bs, 1) and got.dtype == torch.float32
+    assert torch.allclose(got[:, 0], want.to(torch.float32), rtol=1e-6, atol=1e-6)
+    # never more than the best-first tree of the same number of nodes (it holds the best prefixes)
+    tree = du.build_ddtree_tree_from_topk(ids, lps, roots, starts, depth)
+    assert bool((got[:, 0] <= du.predicted_accept_curve(tree, [depth])[:, 0] + 1e-6).all())
+
+
+def test_chain_prediction_by_hand(du):
+    lps = torch.log(torch.tensor([[[0.5, 0.3], [0.5, 0.2], [0.5, 0.1]]]))
+    assert du.chain_accept_prediction(lps).item() == pytest.approx(0.5 + 0.25 + 0.125)
+
+
+def test_the_chain_is_the_floor_where_no_tree_pays(auto_mod):
+    chain = auto_mod.CHAIN
+    ctl = auto_mod.DDTreeAutoBudget([chain, 15, 31], device="cpu", log_enabled=False, warm_runs=1)
+    # cold start: the chain first (the smallest candidate), then the trees
+    assert [ctl.choose(8) for _ in range(3)] == [chain, 15, 31]
+    # the chain predicts 2.0 accepted drafts, the trees 2.3 / 2.5 (calibrated); costs 10 / 13 / 15 ms:
+    # (1 + 2) / 10 = 0.30 > (1 + 2.3) / 13 = 0.254 > (1 + 2.5) / 15 = 0.233
+    curve = [2.0, 2.3, 2.5]
+    for b, ms, real in ((chain, 10.0, 2.0), (15, 13.0, 2.3), (31, 15.0, 2.5)):
+        _step(ctl, 8, b, ms, real, curve)
+    assert ctl.choose(8) == chain
+    # the trees got cheaper (a lighter load): 15 now pays, (1 + 2.3) / 10.5 = 0.314
+    for _ in range(ctl.window):
+        _step(ctl, 8, 15, 10.5, 2.3, curve)
+    assert ctl.choose(8) == 15
+    assert auto_mod.candidate_name(chain) == "chain" and auto_mod.candidate_name(15) == "B=15"
+    assert ctl.summary()["chain"] == chain
+
+
+def test_a_step_the_chain_cannot_verify_gets_a_tree(auto_mod):
+    chain = auto_mod.CHAIN
+    ctl = auto_mod.DDTreeAutoBudget([chain, 15, 31], device="cpu", log_enabled=False, warm_runs=1)
+    # cold start without the chain: the trees in turn
+    assert [ctl.choose(4, chain_ok=False) for _ in range(2)] == [15, 31]
+    for b, ms in ((15, 10.0), (31, 30.0)):
+        _step(ctl, 4, b, ms, 0.0, [0.0, 0.0, 0.0])
+    assert ctl.choose(4, chain_ok=False) == 15
+    # the chain, allowed again, is run (cold start) and then wins at equal predictions, cheaper
+    assert ctl.choose(4) == chain
+    _step(ctl, 4, chain, 5.0, 0.0, [0.0, 0.0, 0.0])
+    assert ctl.choose(4) == chain
+    assert all(ctl.choose(4, chain_ok=False) != chain for _ in range(50))
