@@ -426,7 +426,11 @@ def part_time(root: Path, args) -> dict:
     import random
 
     rng = random.Random(2)
-    prompts = [[[rng.randrange(1000, 100000) for _ in range(64)] for _ in range(bs)] for bs in (1, 8, 32)]
+    # H200_TIME_BATCHES (default 1,8,32) and H200_TIME_PROMPT_LEN (default 64 random tokens; a long prompt
+    # shows what the verify's mask costs over the prefix) shape every time case of the call alike.
+    batches = [int(x) for x in os.environ.get("H200_TIME_BATCHES", "1,8,32").split(",")]
+    plen = int(os.environ.get("H200_TIME_PROMPT_LEN", "64"))
+    prompts = [[[rng.randrange(1000, 100000) for _ in range(plen)] for _ in range(bs)] for bs in batches]
     # Order: the graphed pair the roadmap's break-even needs first, then eager, then the builder probe.
     cases = [("dflash-graphs", "DFLASH", True, None)]
     cases += [(f"ddtree-B{b}-graphs", "DDTREE", True, b) for b in (16, 64, 256)]
@@ -445,11 +449,11 @@ def part_time(root: Path, args) -> dict:
         "--speculative-draft-load-format",
         "dummy",
         "--context-length",
-        "4096",
+        str(max(4096, plen + 512)),
         "--max-running-requests",
-        "32",
+        str(max(32, max(batches))),
         "--cuda-graph-max-bs-decode",
-        "32",
+        str(max(32, max(batches))),
         "--cuda-graph-backend-prefill",
         "disabled",
     ]
