@@ -203,7 +203,7 @@ def refuse_serving(h: HostConfig, command: str) -> None:
     if not h.in_place_refused:
         return
     why = (
-        f"{', '.join(h.side_by_side_entries)} sits beside it (side_by_side_of = {h.name!r})"
+        f"{', '.join(h.side_by_side_entries)} sits beside it, side_by_side_of = {h.name!r}"
         if h.side_by_side_entries
         else "its inventory entry says serving = true"
     )
