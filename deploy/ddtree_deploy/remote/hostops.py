@@ -51,14 +51,7 @@ class BuildSet:
     raw: dict[str, Any]
 
     def default_smoke_modules(self) -> list[str]:
-        mods = []
-        for f in self.files:
-            if f.action != "delete" and f.path.endswith(".py"):
-                parts = f.path[:-3].split("/")
-                if parts[-1] == "__init__":
-                    parts = parts[:-1]
-                mods.append(".".join(parts))
-        return mods
+        return path_modules(self.compile_paths())
 
     def compile_paths(self) -> list[str]:
         return [f.path for f in self.files if f.action != "delete" and f.path.endswith(".py")]
