@@ -315,6 +315,8 @@ def main() -> None:
                 seq_lens_sum=int(seq_lens.sum()),
                 req_pool_indices=torch.arange(BS, dtype=torch.int64) + 2,
                 reqs=[None] * BS,
+                # ScheduleBatch.sampling_info: all-greedy (what auto's chain check reads).
+                sampling_info=types.SimpleNamespace(is_all_greedy=True),
             )
             assert isinstance(batch.spec_info, DFlashDraftInputV2)
             res = w.forward_batch_generation(batch)
