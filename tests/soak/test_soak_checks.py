@@ -39,6 +39,23 @@ def test_workload_is_deterministic_and_mixed():
         assert any(key in sp for sp in sampled), key
 
 
+def test_a_short_workload_still_has_every_kind():
+    """Below 100 requests the draw may leave a kind out (seed 0 at 20: no prompt past the context);
+    the workload gives each missing kind to a plain request, so a CI-sized soak covers them all."""
+    for n, seed in ((8, 0), (20, 0), (50, 0), (30, 3)):
+        w = _work(n, seed)
+        assert {r.kind for r in w} >= {"at_limit", "over_limit"}, (n, seed)
+        assert any(r.abort_after_tokens is not None and r.stream for r in w), (n, seed)
+        assert any(r.abort_after_s is not None and not r.stream for r in w), (n, seed)
+        for r in w:
+            if r.kind == "over_limit":
+                assert len(r.input_ids) > CTX and "abort" not in r.tags
+            if r.kind == "at_limit":
+                assert len(r.input_ids) + r.sampling_params["max_new_tokens"] == CTX - 2 or len(r.input_ids) == CTX - 7
+    assert not any("covered" in r.tags for r in _work(300)), "a workload with every kind is left as drawn"
+    assert [r.to_json() for r in _work(20)] == [r.to_json() for r in _work(20)]
+
+
 def _req(**sp):
     params = dict(max_new_tokens=4, temperature=0.0, ignore_eos=True, **sp)
     return {"index": 0, "input_ids": [2, 3], "sampling_params": params, "stream": True, "kind": "normal"}

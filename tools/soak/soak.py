@@ -12,8 +12,9 @@ process, through ``sglang.Engine.async_generate``):
    idle, flushes the cache and reads the scheduler's load snapshot; SGLang's own idle-time
    memory checker runs in strict mode (``SGLANG_ENABLE_STRICT_MEM_CHECK_DURING_IDLE=1``: a
    leaked KV row or request slot raises in the scheduler);
-3. runs every greedy request again on a target-only engine with the same settings (one
-   batched call) for the reference tokens;
+3. runs every greedy request again on a target-only engine with the same model, dtype, backend
+   and context (one batched call) for the reference tokens; its pool and running-request cap
+   hold ``--reference-batch`` requests at once (its job is the tokens, not the pressure);
 4. checks (``soak_checks.py``) and writes ``OUT/summary.json`` (the verdict), ``OUT/results.json``
    (every request, its record and its failures) and the two engines' logs; a table on stderr.
    Exit 0: zero failures; 1: failures (listed); 2: bad arguments.
@@ -165,6 +166,13 @@ def parse_args(argv):
         "minutes of capture; greedy tokens are the same kernels' output)",
     )
     ap.add_argument(
+        "--reference-batch",
+        type=int,
+        default=64,
+        help="the target-only reference runs up to this many greedy requests at once, with a KV pool "
+        "sized for them (at least the soaked engine's): a 300-token pool would retract it too",
+    )
+    ap.add_argument(
         "--engine-arg",
         action="append",
         default=[],
@@ -183,8 +191,8 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if not args.cpu and (args.model is None or args.draft is None):
         ap.error("--model and --draft are required without --cpu")
-    if args.requests < 1 or args.clients < 1:
-        ap.error("--requests and --clients must be >= 1")
+    if args.requests < 1 or args.clients < 1 or args.reference_batch < 1:
+        ap.error("--requests, --clients and --reference-batch must be >= 1")
     for item in args.engine_arg:
         if "=" not in item:
             ap.error(f"--engine-arg wants KEY=VALUE (got {item!r})")
@@ -245,6 +253,11 @@ def main(argv=None) -> int:
     if greedy:
         sys.stderr.write(f"soak: target-only reference for {len(greedy)} greedy requests\n")
         ref_kw = engine_kwargs(args, ddtree=False)
+        running = max(args.max_running_requests, min(len(greedy), args.reference_batch))
+        ref_kw.update(
+            max_running_requests=running,
+            max_total_tokens=max(args.max_total_tokens, running * args.context_length),
+        )
         if args.reference_eager:  # the legacy boolean alone leaves the decode graph on (issue 9)
             ref_kw.update(disable_cuda_graph=True, cuda_graph_backend_decode="disabled", cuda_graph_backend_prefill="disabled")
         ref, ref_log = run_engine({"mode": "reference", "engine": ref_kw, "requests": greedy}, out, "reference-plain", env, limit)

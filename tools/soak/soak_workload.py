@@ -119,4 +119,50 @@ def make_workload(
                 req.abort_after_s = round(rng.uniform(0.0, 2.0), 3)
             req.tags.append("abort")
         out.append(req)
+    if n >= COVER_MIN:
+        _cover_every_kind(out, context_length=context_length, tokens=tokens, seed=seed)
     return out
+
+
+COVER_MIN = 8  # from this many requests on, every kind below occurs at least once
+
+
+def _cover_every_kind(out: list[SoakRequest], *, context_length: int, tokens: list[int], seed: int) -> None:
+    """A short soak still exercises every path: a prompt at the context limit, one past it, an
+    abort while streaming and one after a delay. Each kind the draw left out is given to the last
+    plain request (normal, no abort) that can carry it, re-drawn from its own seeded generator and
+    tagged ``covered``; a workload that has every kind already is left as drawn."""
+
+    def last(pred):
+        for r in reversed(out):
+            if r.kind == "normal" and "abort" not in r.tags and "covered" not in r.tags and pred(r):
+                return r
+        return None
+
+    have = {
+        "over_limit": any(r.kind == "over_limit" for r in out),
+        "at_limit": any(r.kind == "at_limit" for r in out),
+        "abort_stream": any(r.abort_after_tokens is not None for r in out),
+        "abort_delay": any(r.abort_after_s is not None for r in out),
+    }
+    for kind in ("over_limit", "at_limit", "abort_stream", "abort_delay"):
+        if have[kind]:
+            continue
+        fits = {"abort_stream": lambda r: r.stream, "abort_delay": lambda r: not r.stream}
+        r = last(fits.get(kind, lambda r: True))
+        if r is None:
+            continue
+        rng = random.Random(f"{seed}:{r.index}:{kind}")
+        max_new = r.sampling_params["max_new_tokens"]
+        if kind == "over_limit":
+            r.kind, r.input_ids = kind, [rng.choice(tokens) for _ in range(context_length + rng.randint(1, 8))]
+        elif kind == "at_limit":
+            plen = min(context_length - max_new - 2, context_length - 7)
+            r.kind, r.input_ids = kind, [rng.choice(tokens) for _ in range(plen)]
+        elif kind == "abort_stream":
+            r.abort_after_tokens = rng.randint(1, max_new)
+            r.tags.append("abort")
+        else:
+            r.abort_after_s = round(rng.uniform(0.0, 2.0), 3)
+            r.tags.append("abort")
+        r.tags.append("covered")
