@@ -101,3 +101,51 @@ def test_the_env_knob_table_names_what_the_tree_reads(built_tree):
     table = _md_table((REPO / "docs/ddtree-core.md").read_text(encoding="utf-8"), "## Environment knobs")
     documented = set(re.findall(r"^\| `(SGLANG_DDTREE_[A-Z0-9_]+)` \|", table, re.M))
     assert code and documented == code, ("env knobs", documented ^ code)
+
+
+# Patch numbers in the docs a user reads (issue 40 item 8: the roadmap cited a patch 0014 after the
+# re-cut to 13). A number must be one of the series' patches, and a "NNNN-name" its file name; a
+# reference to history says so ("the then patch 0014", a line saying "pre-re-cut"), and the re-cut map's
+# "old patch" column is exempt (docs/sglang-integration.md says where each old patch went).
+PATCH_REF = re.compile(r"\b(00\d\d)-([a-z][a-z0-9-]*[a-z0-9])|\((00\d\d)\)|\bpatch(?:es)? (00\d\d)(?:-(00\d\d))?")
+HISTORICAL = ("pre-re-cut", "before the re-cut")
+EXAMPLE_NAMES = {"0014-my-new-patch"}  # docs/patching.md: how to add a new patch
+
+
+def _doc_patch_refs(text: str):
+    """(line number, number, name or None) for each patch reference of a doc's current claims."""
+    in_map = False
+    for no, line in enumerate(text.splitlines(), 1):
+        if line.startswith("| old patch |"):
+            in_map = True
+            continue
+        in_map = in_map and line.startswith("|")
+        if any(h in line for h in HISTORICAL):
+            continue
+        if in_map:  # only the "now in" column is a current claim
+            line = line.split("|")[2] if line.count("|") >= 3 else ""
+        for m in PATCH_REF.finditer(line):
+            if line[max(0, m.start() - 5) : m.start()].endswith("then "):
+                continue
+            if m.group(1):
+                yield no, m.group(1), f"{m.group(1)}-{m.group(2)}"
+            for num in (m.group(3), m.group(4), m.group(5)):
+                if num:
+                    yield no, num, None
+
+
+def test_docs_cite_only_patches_that_exist():
+    from ddtree_deploy.patches.series import read_series_file
+    from ddtree_deploy.paths import default_series_dir
+
+    stems = {name.removesuffix(".patch") for name in read_series_file(default_series_dir())}
+    numbers = {s[:4] for s in stems}
+    docs = [REPO / "README.md", REPO / "sglang-ddtree-roadmap.md", *sorted((REPO / "docs").glob("*.md"))]
+    bad = []
+    for doc in docs:
+        for no, num, name in _doc_patch_refs(doc.read_text()):
+            if name is not None and name not in EXAMPLE_NAMES and not any(s.startswith(name) for s in stems):
+                bad.append(f"{doc.relative_to(REPO)}:{no}: {name} is not a patch of the series")
+            elif name is None and num not in numbers:
+                bad.append(f"{doc.relative_to(REPO)}:{no}: patch {num} does not exist ({len(numbers)} patches)")
+    assert not bad, "\n".join(bad)
