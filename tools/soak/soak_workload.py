@@ -100,12 +100,8 @@ def make_workload(
         rng = random.Random(f"{seed}:{i}")
         max_new = rng.randint(1, max_new_tokens)
         u = rng.random()
-        if u < mix.over_limit:
-            kind, plen = "over_limit", context_length + rng.randint(1, 8)
-        elif u < mix.over_limit + mix.at_limit:
-            kind, plen = "at_limit", min(context_length - max_new - 2, context_length - 7)
-        else:
-            kind, plen = "normal", rng.randint(1, max_prompt)
+        kind = "over_limit" if u < mix.over_limit else "at_limit" if u < mix.over_limit + mix.at_limit else "normal"
+        plen = _prompt_len(rng, kind, context_length, max_new, max_prompt)
         greedy = rng.random() < mix.greedy
         sp, tags = _sampling(rng, greedy, max_new)
         stream = rng.random() < mix.stream
@@ -113,11 +109,7 @@ def make_workload(
             index=i, input_ids=[rng.choice(tokens) for _ in range(plen)], sampling_params=sp, stream=stream, kind=kind, tags=tags
         )
         if kind != "over_limit" and rng.random() < mix.abort:
-            if stream:
-                req.abort_after_tokens = rng.randint(1, max_new)
-            else:
-                req.abort_after_s = round(rng.uniform(0.0, 2.0), 3)
-            req.tags.append("abort")
+            _add_abort(rng, req)
         out.append(req)
     if n >= COVER_MIN:
         _cover_every_kind(out, context_length=context_length, tokens=tokens, seed=seed)
@@ -127,42 +119,49 @@ def make_workload(
 COVER_MIN = 8  # from this many requests on, every kind below occurs at least once
 
 
+def _prompt_len(rng: random.Random, kind: str, context_length: int, max_new: int, max_prompt: int) -> int:
+    """A prompt length for ``kind``: past the context, at its limit, or ordinary."""
+    if kind == "over_limit":
+        return context_length + rng.randint(1, 8)
+    if kind == "at_limit":
+        return min(context_length - max_new - 2, context_length - 7)
+    return rng.randint(1, max_prompt)
+
+
+def _add_abort(rng: random.Random, req: SoakRequest) -> None:
+    """Abort ``req``: once it has streamed a random number of tokens, or after a random delay."""
+    if req.stream:
+        req.abort_after_tokens = rng.randint(1, req.sampling_params["max_new_tokens"])
+    else:
+        req.abort_after_s = round(rng.uniform(0.0, 2.0), 3)
+    req.tags.append("abort")
+
+
+# kind -> (the workload has one, a plain request that can carry it)
+_COVERED = {
+    "over_limit": (lambda r: r.kind == "over_limit", lambda r: True),
+    "at_limit": (lambda r: r.kind == "at_limit", lambda r: True),
+    "abort_stream": (lambda r: r.abort_after_tokens is not None, lambda r: r.stream),
+    "abort_delay": (lambda r: r.abort_after_s is not None, lambda r: not r.stream),
+}
+
+
 def _cover_every_kind(out: list[SoakRequest], *, context_length: int, tokens: list[int], seed: int) -> None:
     """A short soak still exercises every path: a prompt at the context limit, one past it, an
     abort while streaming and one after a delay. Each kind the draw left out is given to the last
     plain request (normal, no abort) that can carry it, re-drawn from its own seeded generator and
     tagged ``covered``; a workload that has every kind already is left as drawn."""
-
-    def last(pred):
-        for r in reversed(out):
-            if r.kind == "normal" and "abort" not in r.tags and "covered" not in r.tags and pred(r):
-                return r
-        return None
-
-    have = {
-        "over_limit": any(r.kind == "over_limit" for r in out),
-        "at_limit": any(r.kind == "at_limit" for r in out),
-        "abort_stream": any(r.abort_after_tokens is not None for r in out),
-        "abort_delay": any(r.abort_after_s is not None for r in out),
-    }
-    for kind in ("over_limit", "at_limit", "abort_stream", "abort_delay"):
-        if have[kind]:
+    for kind, (present, carries) in _COVERED.items():
+        if any(present(r) for r in out):
             continue
-        fits = {"abort_stream": lambda r: r.stream, "abort_delay": lambda r: not r.stream}
-        r = last(fits.get(kind, lambda r: True))
-        if r is None:
+        plain = [r for r in out if r.kind == "normal" and "abort" not in r.tags and "covered" not in r.tags and carries(r)]
+        if not plain:
             continue
+        r = plain[-1]
         rng = random.Random(f"{seed}:{r.index}:{kind}")
-        max_new = r.sampling_params["max_new_tokens"]
-        if kind == "over_limit":
-            r.kind, r.input_ids = kind, [rng.choice(tokens) for _ in range(context_length + rng.randint(1, 8))]
-        elif kind == "at_limit":
-            plen = min(context_length - max_new - 2, context_length - 7)
+        if kind in ("over_limit", "at_limit"):
+            plen = _prompt_len(rng, kind, context_length, r.sampling_params["max_new_tokens"], 0)
             r.kind, r.input_ids = kind, [rng.choice(tokens) for _ in range(plen)]
-        elif kind == "abort_stream":
-            r.abort_after_tokens = rng.randint(1, max_new)
-            r.tags.append("abort")
         else:
-            r.abort_after_s = round(rng.uniform(0.0, 2.0), 3)
-            r.tags.append("abort")
+            _add_abort(rng, r)
         r.tags.append("covered")
