@@ -125,3 +125,18 @@ def test_the_run_level_checks():
     assert "resident memory grew" in " ".join(_verdict(_soak(rss=growing))["run_failures"])
     crashed = dict(_soak(), ok=False, error="EOFError")
     assert not _verdict(crashed)["ok"]
+
+
+def test_bad_arguments_are_refused_where_they_enter(tmp_path, capsys):
+    """soak.py's arguments: an --out that is a file, or a count below 1, is a usage error (exit 2)
+    naming the flag, not a traceback after the engine started."""
+    import pytest
+    import soak
+
+    a_file = tmp_path / "f"
+    a_file.write_text("keep")
+    for argv, flag in ((["--cpu", "--out", str(a_file)], "--out"), (["--cpu", "--out", str(tmp_path / "o"), "--reference-batch", "0"], "--reference-batch")):
+        with pytest.raises(SystemExit) as e:
+            soak.parse_args(argv)
+        assert e.value.code == 2 and flag in capsys.readouterr().err
+    assert a_file.read_text() == "keep" and not (tmp_path / "o").exists()

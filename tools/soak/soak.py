@@ -191,6 +191,8 @@ def parse_args(argv):
     args = ap.parse_args(argv)
     if not args.cpu and (args.model is None or args.draft is None):
         ap.error("--model and --draft are required without --cpu")
+    if args.out.exists() and not args.out.is_dir():
+        ap.error(f"--out {args.out} is not a directory (the soak writes its summary, results and logs into one)")
     if args.requests < 1 or args.clients < 1 or args.reference_batch < 1:
         ap.error("--requests, --clients and --reference-batch must be >= 1")
     for item in args.engine_arg:
